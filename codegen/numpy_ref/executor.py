@@ -1,0 +1,123 @@
+"""The NumPy reference executor: the living specification of the IR.
+
+``run(graph, feeds)`` executes every kernel in topological order — ``OpNode``s
+through ``NUMPY_KERNELS``, ``MapNode``s through ``maps.run_map`` — and returns
+the graph outputs. Initializer values come from ``graph.values``; ``feeds``
+supply the graph inputs (and may override initializers). Intermediates are
+freed after their last use. A failing kernel raises ``KernelError`` naming the
+node ("While executing …"), chained to the original exception.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from codegen.numpy_ref import kernels as _kernels  # noqa: F401  (fills NUMPY_KERNELS)
+from codegen.numpy_ref.maps import run_map
+from codegen.numpy_ref.registry import OpContext, lookup
+from ir import dtypes
+from ir.errors import GraphError, KernelError, ShapeError, StudioError, UnsupportedOpError
+from ir.graph import Graph
+from ir.nodes import MapNode, OpNode
+
+
+def run(graph: Graph, feeds: Mapping[str, np.ndarray], *, outputs: Iterable[str] | None = None,
+        check_shapes: bool = True) -> dict[str, np.ndarray]:
+    """Execute ``graph`` on ``feeds``; return the requested outputs (default: graph outputs)."""
+    wanted = list(outputs) if outputs is not None else list(graph.outputs)
+    env = _initial_env(graph, feeds)
+    order = graph.topo_order()
+    last_use = _last_uses(order, set(wanted))
+    for step, node in enumerate(order):
+        results = _run_node(graph, node, env)
+        if check_shapes:
+            _check_results(graph, node, results)
+        env.update(results)
+        for name in last_use.get(step, ()):
+            env.pop(name, None)
+    missing = [n for n in wanted if n not in env]
+    if missing:
+        raise GraphError(f"outputs {missing} were not produced", None, graph)
+    return {n: env[n] for n in wanted}
+
+
+def _initial_env(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    env: dict[str, np.ndarray] = dict(graph.values)
+    for name in graph.inputs:
+        if name in feeds:
+            continue
+        if name not in env:
+            raise GraphError(f"graph input '{name}' was not fed", None, graph,
+                             hint="Pass a value for every graph input")
+    for name, value in feeds.items():
+        if name not in graph.containers:
+            raise GraphError(f"fed value '{name}' is not a container of the graph", None, graph)
+        c = graph.containers[name]
+        arr = np.asarray(value)
+        want = c.concrete_shape(graph.bindings) if not c.symbols or all(
+            s in graph.bindings for s in c.symbols) else None
+        if want is not None and tuple(arr.shape) != want:
+            raise ShapeError(f"input '{name}' has shape {tuple(arr.shape)}, expected {want}", None, graph)
+        env[name] = arr
+    return env
+
+
+def _last_uses(order, keep: set[str]) -> dict[int, list[str]]:
+    last: dict[str, int] = {}
+    for step, node in enumerate(order):
+        for m in node.inputs:
+            if m is not None:
+                last[m.container] = step
+    out: dict[int, list[str]] = {}
+    for name, step in last.items():
+        if name not in keep:
+            out.setdefault(step, []).append(name)
+    return out
+
+
+def _run_node(graph: Graph, node, env) -> dict[str, np.ndarray]:
+    try:
+        if isinstance(node, MapNode):
+            return run_map(node, env, graph.containers, graph.bindings)
+        return _run_op(graph, node, env)
+    except StudioError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised with the node named
+        err = KernelError(f"While executing {node.id}: {type(e).__name__}: {e}", node, graph)
+        raise err from e
+
+
+def _run_op(graph: Graph, node: OpNode, env) -> dict[str, np.ndarray]:
+    fn = lookup(node.domain, node.op_type)
+    if fn is None:
+        raise UnsupportedOpError(node.op_type, node, graph, domain=node.domain)
+    ins = [env[m.container] if m is not None else None for m in node.inputs]
+    shapes, dts = [], []
+    for m in node.outputs:
+        c = graph.containers.get(m.container) if m is not None else None
+        try:
+            shapes.append(c.concrete_shape(graph.bindings) if c else None)
+        except KeyError:
+            shapes.append(None)
+        dts.append(dtypes.to_numpy(c.dtype) if c else None)
+    ctx = OpContext(opset=graph.opsets.get(node.domain, node.opset) if node.domain else node.opset,
+                    n_outputs=len(node.outputs), output_shapes=tuple(shapes), output_dtypes=tuple(dts),
+                    label=node.id)
+    res = fn(ins, node.attrs, ctx)
+    out = {}
+    for m, val in zip(node.outputs, res):
+        if m is not None:
+            out[m.container] = np.asarray(val)
+    return out
+
+
+def _check_results(graph: Graph, node, results: dict[str, np.ndarray]) -> None:
+    for name, val in results.items():
+        c = graph.containers.get(name)
+        if c is None or c.symbols and not all(s in graph.bindings for s in c.symbols):
+            continue
+        want = c.concrete_shape(graph.bindings)
+        if tuple(val.shape) != want:
+            raise ShapeError(f"produced '{name}' with shape {tuple(val.shape)}, but the IR says {want}",
+                             node, graph, hint="The op's shape rule and its kernel disagree; report this")

@@ -1,0 +1,403 @@
+"""Tasklet expressions: a tiny typed scalar language, and its printers.
+
+An ``Expr`` is a frozen tree of ``Const``, ``Var``, ``Un`` (unary op),
+``Bin`` (binary op), ``Select`` (c ? a : b) and ``Cast``. The same tree
+
+- evaluates vectorized over NumPy arrays (``evaluate``: the reference semantics),
+- prints to NumPy source (``to_numpy``), to Python/Numba scalar code
+  (``to_python``) and to CUDA C (``to_cuda``),
+- counts its arithmetic (``count_flops``: every Un/Bin/Select is one FLOP),
+- bounds integer index expressions over parameter ranges (``bounds``).
+
+Memlet subsets use the same trees for index expressions (``Var`` = map param).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Union
+
+import numpy as np
+
+from ir import dtypes
+
+Scalar = Union[int, float, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: Scalar
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Un:
+    op: str
+    a: "Expr"
+
+
+@dataclass(frozen=True, slots=True)
+class Bin:
+    op: str
+    a: "Expr"
+    b: "Expr"
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    cond: "Expr"
+    a: "Expr"
+    b: "Expr"
+
+
+@dataclass(frozen=True, slots=True)
+class Cast:
+    a: "Expr"
+    dtype: str
+
+
+Expr = Union[Const, Var, Un, Bin, Select, Cast]
+
+UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "tan", "floor",
+             "ceil", "sign", "not", "recip", "isnan", "isinf", "round", "asin", "acos", "atan",
+             "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1")
+BINARY_OPS = ("add", "sub", "mul", "div", "pow", "max", "min", "and", "or", "xor", "eq", "ne",
+              "lt", "le", "gt", "ge", "mod", "fmod", "floordiv")
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">=", "mod": "%", "floordiv": "//"}
+
+
+# --- construction helpers (terse builders used by lowering rules) ---------------------------
+
+def c(value: Scalar, dtype: str = "float32") -> Const:
+    return Const(value, dtype)
+
+
+def v(name: str) -> Var:
+    return Var(name)
+
+
+def free_vars(e: Expr) -> frozenset[str]:
+    """Names of all ``Var`` leaves."""
+    if isinstance(e, Var):
+        return frozenset((e.name,))
+    if isinstance(e, Const):
+        return frozenset()
+    return frozenset().union(*(free_vars(ch) for ch in children(e)))
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Un):
+        return (e.a,)
+    if isinstance(e, Bin):
+        return (e.a, e.b)
+    if isinstance(e, Select):
+        return (e.cond, e.a, e.b)
+    if isinstance(e, Cast):
+        return (e.a,)
+    return ()
+
+
+def substitute(e: Expr, mapping: Mapping[str, Expr]) -> Expr:
+    """Replace ``Var``s by expressions (used when fusing tasklets)."""
+    if isinstance(e, Var):
+        return mapping.get(e.name, e)
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Un):
+        return Un(e.op, substitute(e.a, mapping))
+    if isinstance(e, Bin):
+        return Bin(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
+    if isinstance(e, Select):
+        return Select(substitute(e.cond, mapping), substitute(e.a, mapping), substitute(e.b, mapping))
+    return Cast(substitute(e.a, mapping), e.dtype)
+
+
+def count_flops(e: Expr) -> int:
+    """Arithmetic operations in one evaluation: each Un, Bin and Select counts 1; Cast 0."""
+    own = 1 if isinstance(e, (Un, Bin, Select)) else 0
+    return own + sum(count_flops(ch) for ch in children(e))
+
+
+# --- NumPy evaluation (the reference semantics) ----------------------------------------------
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 with fractional error < 1.2e-7 (Numerical Recipes erfc, Chebyshev)."""
+    x = np.asarray(x, dtype=np.float64)
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = (-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
+            -0.82215223 + t * 0.17087277)))))))))
+    erfc = t * np.exp(poly)
+    return np.where(x >= 0, 1.0 - erfc, erfc - 1.0)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Vectorized erf keeping the input's float dtype (exact for scalars via math.erf)."""
+    arr = np.asarray(x)
+    if arr.ndim == 0:
+        return np.asarray(math.erf(float(arr)), dtype=arr.dtype if arr.dtype.kind == "f" else np.float64)
+    out = _erf(arr)
+    return out.astype(arr.dtype) if arr.dtype.kind == "f" else out
+
+
+def _np_sign(x):
+    return np.sign(x)
+
+
+_NP_UNARY: dict[str, Callable] = {
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "tanh": np.tanh, "erf": erf, "sin": np.sin, "cos": np.cos, "tan": np.tan, "floor": np.floor,
+    "ceil": np.ceil, "sign": _np_sign, "not": np.logical_not, "isnan": np.isnan, "isinf": np.isinf,
+    "round": np.round, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+    "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "log1p": np.log1p, "expm1": np.expm1,
+}
+_NP_BINARY: dict[str, Callable] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power, "max": np.maximum,
+    "min": np.minimum, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "mod": np.mod, "fmod": np.fmod, "floordiv": np.floor_divide,
+}
+
+
+def _div(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return np.trunc(np.true_divide(a, b)).astype(np.result_type(a, b))  # C-style int division
+    return np.true_divide(a, b)
+
+
+def _recip(a):
+    a = np.asarray(a)
+    return np.reciprocal(a) if a.dtype.kind == "f" else np.true_divide(1.0, a)
+
+
+def evaluate(e: Expr, env: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Evaluate ``e`` with NumPy broadcasting; ``env`` maps Var names to arrays or scalars."""
+    if isinstance(e, Var):
+        return env[e.name]
+    if isinstance(e, Const):
+        return np.asarray(e.value, dtype=dtypes.to_numpy(e.dtype))
+    if isinstance(e, Un):
+        a = evaluate(e.a, env)
+        if e.op == "recip":
+            return _recip(a)
+        return _NP_UNARY[e.op](a)
+    if isinstance(e, Bin):
+        a, b = evaluate(e.a, env), evaluate(e.b, env)
+        if e.op == "div":
+            return _div(a, b)
+        return _NP_BINARY[e.op](a, b)
+    if isinstance(e, Select):
+        return np.where(evaluate(e.cond, env), evaluate(e.a, env), evaluate(e.b, env))
+    return np.asarray(evaluate(e.a, env)).astype(dtypes.to_numpy(e.dtype))
+
+
+def bounds(e: Expr, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+    """Inclusive integer bounds of an index expression, given inclusive bounds per Var."""
+    if isinstance(e, Const):
+        return int(e.value), int(e.value)
+    if isinstance(e, Var):
+        return ranges[e.name]
+    if isinstance(e, Bin) and e.op in ("add", "sub", "mul", "floordiv", "mod", "max", "min"):
+        (alo, ahi), (blo, bhi) = bounds(e.a, ranges), bounds(e.b, ranges)
+        if e.op == "add":
+            return alo + blo, ahi + bhi
+        if e.op == "sub":
+            return alo - bhi, ahi - blo
+        if e.op == "max":
+            return max(alo, blo), max(ahi, bhi)
+        if e.op == "min":
+            return min(alo, blo), min(ahi, bhi)
+        if e.op == "mod" and blo == bhi and blo > 0:
+            return (alo % blo, ahi % blo) if ahi // blo == alo // blo else (0, blo - 1)
+        if e.op in ("mul", "floordiv") and blo == bhi:
+            lo, hi = (alo * blo, ahi * blo) if e.op == "mul" else (alo // blo, ahi // blo)
+            return min(lo, hi), max(lo, hi)
+    raise ValueError(f"cannot bound index expression {to_text(e)}")
+
+
+# --- printers -------------------------------------------------------------------------------
+
+def _literal(value: Scalar, dtype: str, style: str) -> str:
+    if dtype == "bool":
+        return {"py": str(bool(value)), "c": "true" if value else "false"}.get(style, str(bool(value)))
+    if dtype in dtypes.FLOAT_TYPES:
+        f = float(value)
+        if math.isinf(f):
+            base = {"c": "INFINITY", "py": "math.inf"}.get(style, "np.inf")
+            return base if f > 0 else "-" + base
+        if math.isnan(f):
+            return {"c": "NAN", "py": "math.nan"}.get(style, "np.nan")
+        text = repr(f)
+        return text + "f" if style == "c" and dtype == "float32" else text
+    return str(int(value))
+
+
+def _printer(e: Expr, style: str, names: Mapping[str, str]) -> str:
+    rec = lambda x: _printer(x, style, names)  # noqa: E731
+    if isinstance(e, Var):
+        return names.get(e.name, e.name)
+    if isinstance(e, Const):
+        return _literal(e.value, e.dtype, style)
+    if isinstance(e, Un):
+        return _UNARY_FMT[style](e.op, rec(e.a))
+    if isinstance(e, Bin):
+        return _BINARY_FMT[style](e.op, rec(e.a), rec(e.b))
+    if isinstance(e, Select):
+        a, b, cnd = rec(e.a), rec(e.b), rec(e.cond)
+        return {"np": f"np.where({cnd}, {a}, {b})", "py": f"({a} if {cnd} else {b})",
+                "c": f"({cnd} ? {a} : {b})", "text": f"select({cnd}, {a}, {b})"}[style]
+    inner = rec(e.a)
+    return {"np": f"({inner}).astype(np.{dtypes.to_numpy(e.dtype).name})",
+            "py": f"np.{dtypes.to_numpy(e.dtype).name}({inner})",
+            "c": f"(({_C_TYPES.get(e.dtype, 'float')})({inner}))",
+            "text": f"{e.dtype}({inner})"}[style]
+
+
+_C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
+            "int32": "int", "int64": "long long", "bool": "bool", "int8": "signed char",
+            "uint8": "unsigned char"}
+_NP_FN = {"neg": "np.negative", "not": "np.logical_not", "recip": "np.reciprocal",
+          "erf": "_erf", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
+          "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh"}
+_PY_FN = {"abs": "abs", "sign": "np.sign", "isnan": "math.isnan", "isinf": "math.isinf",
+          "round": "np.round", "floor": "math.floor", "ceil": "math.ceil"}
+_C_FN = {"abs": "fabsf", "sign": "copysignf(1.0f, {a}) * ({a} != 0.0f)", "isnan": "isnan",
+         "isinf": "isinf", "round": "rintf", "not": "!", "neg": "-"}
+
+
+def _un_np(op: str, a: str) -> str:
+    if op == "neg":
+        return f"(-{a})"
+    if op == "not":
+        return f"(~{a})"
+    return f"{_NP_FN.get(op, 'np.' + op)}({a})"
+
+
+def _un_py(op: str, a: str) -> str:
+    if op == "neg":
+        return f"(-{a})"
+    if op == "not":
+        return f"(not {a})"
+    if op == "recip":
+        return f"(1.0 / {a})"
+    return f"{_PY_FN.get(op, 'math.' + op)}({a})"
+
+
+def _un_c(op: str, a: str) -> str:
+    if op in ("neg", "not"):
+        return f"({_C_FN[op]}{a})"
+    if op == "recip":
+        return f"(1.0f / {a})"
+    if op == "sign":
+        return "(" + _C_FN["sign"].format(a=a) + ")"
+    return f"{_C_FN.get(op, op + 'f')}({a})"
+
+
+def _un_text(op: str, a: str) -> str:
+    return f"(-{a})" if op == "neg" else f"{op}({a})"
+
+
+def _bin_np(op: str, a: str, b: str) -> str:
+    if op in _INFIX:
+        return f"({a} {_INFIX[op]} {b})"
+    return {"pow": f"np.power({a}, {b})", "max": f"np.maximum({a}, {b})",
+            "min": f"np.minimum({a}, {b})", "and": f"({a} & {b})", "or": f"({a} | {b})",
+            "xor": f"({a} ^ {b})", "fmod": f"np.fmod({a}, {b})"}[op]
+
+
+def _bin_py(op: str, a: str, b: str) -> str:
+    if op in _INFIX:
+        return f"({a} {_INFIX[op]} {b})"
+    return {"pow": f"({a} ** {b})", "max": f"max({a}, {b})", "min": f"min({a}, {b})",
+            "and": f"({a} and {b})", "or": f"({a} or {b})", "xor": f"({a} != {b})",
+            "fmod": f"math.fmod({a}, {b})"}[op]
+
+
+def _bin_c(op: str, a: str, b: str) -> str:
+    if op in _INFIX and op not in ("mod", "floordiv"):
+        return f"({a} {_INFIX[op]} {b})"
+    return {"pow": f"powf({a}, {b})", "max": f"fmaxf({a}, {b})", "min": f"fminf({a}, {b})",
+            "and": f"({a} && {b})", "or": f"({a} || {b})", "xor": f"({a} != {b})",
+            "mod": f"({a} % {b})", "fmod": f"fmodf({a}, {b})", "floordiv": f"({a} / {b})"}[op]
+
+
+def _bin_text(op: str, a: str, b: str) -> str:
+    return f"({a} {_INFIX[op]} {b})" if op in _INFIX else f"{op}({a}, {b})"
+
+
+_UNARY_FMT = {"np": _un_np, "py": _un_py, "c": _un_c, "text": _un_text}
+_BINARY_FMT = {"np": _bin_np, "py": _bin_py, "c": _bin_c, "text": _bin_text}
+
+
+def to_numpy(e: Expr, names: Mapping[str, str] | None = None) -> str:
+    """NumPy source for ``e`` (vectorized; erf prints as ``_erf``)."""
+    return _printer(e, "np", names or {})
+
+
+def to_python(e: Expr, names: Mapping[str, str] | None = None) -> str:
+    """Scalar Python/Numba source for ``e`` (uses ``math`` and ``np``)."""
+    return _printer(e, "py", names or {})
+
+
+def to_cuda(e: Expr, names: Mapping[str, str] | None = None) -> str:
+    """CUDA C source for ``e`` (float32 math functions: expf, tanhf, erff, …)."""
+    return _printer(e, "c", names or {})
+
+
+def to_text(e: Expr) -> str:
+    """The IR's own readable form, e.g. ``((in0 + in1) * 0.5)``."""
+    return _printer(e, "text", {})
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+def to_json(e: Expr) -> list:
+    if isinstance(e, Const):
+        val = e.value
+        if isinstance(val, float) and not math.isfinite(val):
+            val = repr(val)  # 'inf', '-inf', 'nan' as strings: JSON has no literal for them
+        return ["c", val, e.dtype]
+    if isinstance(e, Var):
+        return ["v", e.name]
+    if isinstance(e, Un):
+        return ["u", e.op, to_json(e.a)]
+    if isinstance(e, Bin):
+        return ["b", e.op, to_json(e.a), to_json(e.b)]
+    if isinstance(e, Select):
+        return ["s", to_json(e.cond), to_json(e.a), to_json(e.b)]
+    return ["cast", e.dtype, to_json(e.a)]
+
+
+def from_json(d: list) -> Expr:
+    tag = d[0]
+    if tag == "c":
+        val = d[1]
+        if isinstance(val, str):
+            if val not in ("inf", "-inf", "nan"):
+                raise ValueError(f"bad constant {val!r} in expression")
+            val = float(val)
+        return Const(val, d[2])
+    if tag == "v":
+        return Var(str(d[1]))
+    if tag == "u":
+        if d[1] not in UNARY_OPS:
+            raise ValueError(f"unknown unary op {d[1]!r}")
+        return Un(d[1], from_json(d[2]))
+    if tag == "b":
+        if d[1] not in BINARY_OPS:
+            raise ValueError(f"unknown binary op {d[1]!r}")
+        return Bin(d[1], from_json(d[2]), from_json(d[3]))
+    if tag == "s":
+        return Select(from_json(d[1]), from_json(d[2]), from_json(d[3]))
+    if tag == "cast":
+        return Cast(from_json(d[2]), d[1])
+    raise ValueError(f"unknown expression tag {tag!r}")

@@ -1,0 +1,246 @@
+"""The graph: containers, compute nodes (ops and maps) and their memlets.
+
+A ``Graph`` is one dataflow state. Compute nodes (``OpNode``/``MapNode``) are
+kept in a topological order; their input and output memlets name containers,
+and the access nodes (one per container) and edges drawn by the GUI are derived
+from them. Use-def bookkeeping (``producer``/``consumers``) is updated by the
+mutators here — never assign ``node.inputs`` of a node that is in a graph
+without calling ``graph.rewire(node)`` afterwards.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from ir.containers import Container, Role
+from ir.errors import GraphError
+from ir.ids import IdAuthority
+from ir.memlet import Memlet
+from ir.nodes import AccessNode, MapNode, OpNode
+
+ComputeNode = OpNode | MapNode
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A derived edge between an access node and a compute node."""
+
+    src: str
+    dst: str
+    memlet: Memlet
+    src_conn: str | None = None
+    dst_conn: str | None = None
+
+
+class Graph:
+    """A data-centric graph of one training step (or forward pass)."""
+
+    def __init__(self, name: str = "graph") -> None:
+        self.name = name
+        self.containers: dict[str, Container] = {}
+        self.nodes: dict[str, ComputeNode] = {}
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.values: dict[str, np.ndarray] = {}      # initializer values (weights, constants)
+        self.bindings: dict[str, int] = {}           # symbolic dimension -> size
+        self.opsets: dict[str, int] = {}             # domain -> opset version
+        self.meta: dict[str, str] = {}               # source file, sha256, format, …
+        self.ids = IdAuthority()
+        self._access_ids: dict[str, str] = {}
+        self._producer: dict[str, str] = {}
+        self._consumers: dict[str, list[str]] = {}
+
+    # --- containers ---------------------------------------------------------------------
+    def add_container(self, c: Container) -> Container:
+        if c.name in self.containers:
+            raise GraphError(f"container '{c.name}' already exists", None, self)
+        self.containers[c.name] = c
+        self._access_ids[c.name] = self.ids.claim("data:" + c.name)
+        return c
+
+    def set_container(self, c: Container) -> None:
+        """Replace a container's description (shape/dtype/role) keeping its access id."""
+        if c.name not in self.containers:
+            self.add_container(c)
+        else:
+            self.containers[c.name] = c
+
+    def remove_container(self, name: str) -> None:
+        if self._producer.get(name) or self._consumers.get(name):
+            raise GraphError(f"container '{name}' is still in use", None, self)
+        del self.containers[name]
+        self.ids.release(self._access_ids.pop(name))
+        self.values.pop(name, None)
+
+    def container(self, name: str) -> Container:
+        try:
+            return self.containers[name]
+        except KeyError:
+            raise GraphError(f"no container named '{name}'", None, self) from None
+
+    def access_id(self, name: str) -> str:
+        return self._access_ids[name]
+
+    def access_nodes(self) -> Iterator[AccessNode]:
+        for name, ident in self._access_ids.items():
+            yield AccessNode(ident, name)
+
+    # --- compute nodes ------------------------------------------------------------------
+    def node(self, ident: str) -> ComputeNode:
+        try:
+            return self.nodes[ident]
+        except KeyError:
+            raise GraphError(f"no node with id '{ident}'", None, self,
+                             hint="The id may be stale: list ids with `dcstudio inspect`") from None
+
+    def add_node(self, node: ComputeNode, *, before: str | None = None) -> ComputeNode:
+        """Insert ``node`` (its id must be unique) at the end or before node ``before``."""
+        if node.id in self.nodes:
+            raise GraphError(f"duplicate node id '{node.id}'", node, self)
+        self.ids._taken.add(node.id)
+        if before is None:
+            self.nodes[node.id] = node
+        else:
+            items = list(self.nodes.items())
+            pos = [k for k, _ in items].index(before)
+            items.insert(pos, (node.id, node))
+            self.nodes = dict(items)
+        self._link(node)
+        return node
+
+    def remove_node(self, ident: str) -> ComputeNode:
+        node = self.node(ident)
+        self._unlink(node)
+        del self.nodes[ident]
+        self.ids.release(ident)
+        return node
+
+    def rewire(self, node: ComputeNode) -> None:
+        """Recompute use-def entries of ``node`` after its memlets changed."""
+        self._unlink(node)
+        self._link(node)
+
+    def _link(self, node: ComputeNode) -> None:
+        for m in node.outputs:
+            if m is None:
+                continue
+            other = self._producer.get(m.container)
+            if other is not None and other != node.id:
+                raise GraphError(f"container '{m.container}' is already written by '{other}'",
+                                 node, self, hint="Every container has exactly one writer")
+            self._producer[m.container] = node.id
+        for name in {m.container for m in node.inputs if m is not None}:
+            self._consumers.setdefault(name, []).append(node.id)
+
+    def _unlink(self, node: ComputeNode) -> None:
+        for m in node.outputs:
+            if m is not None and self._producer.get(m.container) == node.id:
+                del self._producer[m.container]
+        for name in {m.container for m in node.inputs if m is not None}:
+            users = self._consumers.get(name, [])
+            if node.id in users:
+                users.remove(node.id)
+
+    def producer(self, container: str) -> ComputeNode | None:
+        ident = self._producer.get(container)
+        return self.nodes[ident] if ident is not None else None
+
+    def consumers(self, container: str) -> list[ComputeNode]:
+        return [self.nodes[i] for i in self._consumers.get(container, [])]
+
+    # --- queries ------------------------------------------------------------------------
+    def edges(self) -> Iterator[Edge]:
+        """Access→node and node→access edges, derived from the memlets."""
+        for node in self.nodes.values():
+            for k, m in enumerate(node.inputs):
+                if m is not None:
+                    yield Edge(self._access_ids[m.container], node.id, m, None, f"in{k}")
+            for k, m in enumerate(node.outputs):
+                if m is not None:
+                    yield Edge(node.id, self._access_ids[m.container], m, f"out{k}", None)
+
+    def predecessors(self, node: ComputeNode) -> list[ComputeNode]:
+        seen: dict[str, ComputeNode] = {}
+        for m in node.inputs:
+            if m is not None and (p := self.producer(m.container)) is not None:
+                seen.setdefault(p.id, p)
+        return list(seen.values())
+
+    def successors(self, node: ComputeNode) -> list[ComputeNode]:
+        seen: dict[str, ComputeNode] = {}
+        for m in node.outputs:
+            if m is not None:
+                for c in self.consumers(m.container):
+                    seen.setdefault(c.id, c)
+        return list(seen.values())
+
+    def topo_order(self) -> list[ComputeNode]:
+        """Compute nodes in a topological order, stable w.r.t. insertion order."""
+        order = {ident: k for k, ident in enumerate(self.nodes)}
+        indeg = {ident: 0 for ident in self.nodes}
+        for node in self.nodes.values():
+            for p in self.predecessors(node):
+                indeg[node.id] += 1
+        import heapq
+        ready = [(order[i], i) for i, d in indeg.items() if d == 0]
+        heapq.heapify(ready)
+        out: list[ComputeNode] = []
+        while ready:
+            _, ident = heapq.heappop(ready)
+            node = self.nodes[ident]
+            out.append(node)
+            for s in self.successors(node):
+                indeg[s.id] -= 1
+                if indeg[s.id] == 0:
+                    heapq.heappush(ready, (order[s.id], s.id))
+        if len(out) != len(self.nodes):
+            stuck = [self.nodes[i] for i, d in indeg.items() if d > 0]
+            raise GraphError("the graph has a cycle", stuck[0], self,
+                             hint="A node (transitively) consumes its own output; remove the cycle")
+        return out
+
+    def kernels(self) -> list[ComputeNode]:
+        """Top-level ops and maps: one launch each."""
+        return list(self.nodes.values())
+
+    def by_role(self, *roles: Role) -> list[Container]:
+        return [c for c in self.containers.values() if c.role in roles]
+
+    def clone(self) -> "Graph":
+        """A structural copy: new node objects, shared immutable memlets/exprs/arrays."""
+        g = copy.copy(self)
+        g.containers = dict(self.containers)
+        g.nodes = {k: _copy_node(n) for k, n in self.nodes.items()}
+        g.inputs, g.outputs = list(self.inputs), list(self.outputs)
+        g.values = dict(self.values)
+        g.bindings, g.opsets, g.meta = dict(self.bindings), dict(self.opsets), dict(self.meta)
+        g.ids = IdAuthority(set(self.ids._taken))
+        g._access_ids = dict(self._access_ids)
+        g._producer = dict(self._producer)
+        g._consumers = {k: list(v) for k, v in self._consumers.items()}
+        return g
+
+    def used_containers(self) -> Iterable[str]:
+        return set(self._producer) | {k for k, v in self._consumers.items() if v}
+
+
+def _copy_node(n: ComputeNode) -> ComputeNode:
+    new = copy.copy(n)
+    new.inputs, new.outputs = list(n.inputs), list(n.outputs)
+    if isinstance(n, OpNode):
+        new.attrs = dict(n.attrs)
+    else:
+        new.body = [_copy_body(b) for b in n.body]
+        new.params, new.locals = list(n.params), dict(n.locals)
+    return new
+
+
+def _copy_body(b):
+    if isinstance(b, MapNode):
+        return _copy_node(b)
+    new = copy.copy(b)
+    new.inputs = dict(b.inputs)
+    return new

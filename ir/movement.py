@@ -1,0 +1,237 @@
+"""Data movement, FLOPs and the compulsory lower bound (DESIGN §3).
+
+- A *kernel* is a top-level ``OpNode`` or ``MapNode`` (one launch).
+- ``bytes_read``/``bytes_written``: unique bytes of each global container the
+  kernel reads/writes — every operand read once, every result written once.
+  Map locals cost 0. ``Shape``/``Size`` read only metadata (0 bytes).
+- ``accesses``: access volume in elements, as DaCe and Substation count it
+  (accesses per iteration × iterations; a broadcast bias counts per access).
+- ``flops``: closed forms for library ops (MatMul, Gemm, Conv, …); for other
+  ops the FLOPs of their expansion into a map (``ir.lowering``), so op level and
+  map level agree; for maps Σ tasklet ops (+1 per wcr update) × iterations.
+- The compulsory bound: every graph input, parameter, optimizer state and
+  constant that is read, read once, plus every graph output written once.
+All figures are ``Estimate`` records, which add.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ir import expr as E
+from ir.containers import Container
+from ir.errors import ShapeError
+from ir.graph import Graph
+from ir.maps import footprint_elems, tasklet_accesses, trip_count
+from ir.nodes import MapNode, OpNode
+
+METADATA_OPS = frozenset({"Shape", "Size"})
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Addable figures of one kernel or a sum of kernels."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    accesses: int = 0
+    flops: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte moved (0 when nothing moves)."""
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    def __add__(self, other: "Estimate") -> "Estimate":
+        return Estimate(self.bytes_read + other.bytes_read, self.bytes_written + other.bytes_written,
+                        self.accesses + other.accesses, self.flops + other.flops)
+
+    def __sub__(self, other: "Estimate") -> "Estimate":
+        return Estimate(self.bytes_read - other.bytes_read, self.bytes_written - other.bytes_written,
+                        self.accesses - other.accesses, self.flops - other.flops)
+
+    def to_json(self) -> dict:
+        return {"bytes": self.bytes, "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                "accesses": self.accesses, "flops": self.flops, "intensity": round(self.intensity, 6)}
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFigures:
+    node_id: str
+    label: str
+    estimate: Estimate
+
+
+@dataclass(frozen=True)
+class Report:
+    """Per-kernel figures, their total and the compulsory bound."""
+
+    kernels: tuple[KernelFigures, ...]
+    total: Estimate
+    bound_bytes: int
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        """bytes moved / compulsory bound (1.0 is optimal)."""
+        return self.total.bytes / self.bound_bytes if self.bound_bytes else math.inf
+
+    def to_json(self) -> dict:
+        return {"kernels": [{"id": k.node_id, "op": k.label, **k.estimate.to_json()} for k in self.kernels],
+                "total": self.total.to_json(), "bound_bytes": self.bound_bytes,
+                "ratio": round(self.ratio, 6)}
+
+
+def _nbytes(graph: Graph, c: Container) -> int:
+    try:
+        return c.nbytes(graph.bindings)
+    except KeyError as e:
+        raise ShapeError(f"symbolic dimension '{e.args[0]}' of container '{c.name}' is unbound", None, graph,
+                         hint=f"Bind it, e.g. --bind {e.args[0]}=8") from None
+
+
+def _numel(graph: Graph, name: str) -> int:
+    c = graph.container(name)
+    return _nbytes(graph, c) // max(1, _itemsize(c))
+
+
+def _itemsize(c: Container) -> int:
+    from ir.dtypes import itemsize
+    return itemsize(c.dtype)
+
+
+def kernel_estimate(graph: Graph, node: OpNode | MapNode) -> Estimate:
+    """The figures of one top-level kernel."""
+    if isinstance(node, MapNode):
+        return _map_estimate(graph, node)
+    return _op_estimate(graph, node)
+
+
+def _op_estimate(graph: Graph, node: OpNode) -> Estimate:
+    read_names = {m.container for m in node.inputs if m is not None}
+    write_names = {m.container for m in node.outputs if m is not None}
+    if node.op_type in METADATA_OPS:
+        read = 0
+    else:
+        read = sum(_nbytes(graph, graph.container(n)) for n in read_names)
+    written = sum(_nbytes(graph, graph.container(n)) for n in write_names)
+    flops = library_flops(graph, node)
+    accesses = None
+    if flops is None:
+        mapped = _expansion_estimate(graph, node)
+        if mapped is not None:
+            flops, accesses = mapped.flops, mapped.accesses
+        else:
+            flops = 0
+    if accesses is None:
+        accesses = sum(_numel(graph, m.container) for m in node.inputs if m is not None) \
+            + sum(_numel(graph, m.container) for m in node.outputs if m is not None)
+    return Estimate(read, written, accesses, flops)
+
+
+def _map_estimate(graph: Graph, node: MapNode) -> Estimate:
+    read = sum(footprint_elems(m, graph) * _itemsize(graph.container(m.container)) for m in node.inputs)
+    written = sum(footprint_elems(m, graph) * _itemsize(graph.container(m.container)) for m in node.outputs)
+    flops = 0
+    accesses = 0
+    for tasklet, mem, is_write, params, is_local in tasklet_accesses(node):
+        if not is_local:
+            accesses += trip_count(params, graph.bindings)
+        if is_write:
+            ops = E.count_flops(tasklet.expr) + (1 if mem.wcr else 0)
+            flops += ops * trip_count(params, graph.bindings)
+    return Estimate(read, written, accesses, flops)
+
+
+_EXPANSION_CACHE: dict[str, Estimate | None] = {}
+
+
+def _signature(graph: Graph, node: OpNode) -> str:
+    def desc(m):
+        if m is None:
+            return None
+        c = graph.container(m.container)
+        return [list(c.concrete_shape(graph.bindings)), c.dtype, m.container in graph.values]
+    attrs = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in node.attrs.items()}
+    consts = [graph.values[m.container].tolist() for m in node.inputs
+              if m is not None and m.container in graph.values and graph.values[m.container].size <= 16]
+    return json.dumps([node.domain, node.op_type, node.opset, attrs, [desc(m) for m in node.inputs],
+                       [desc(m) for m in node.outputs], consts], sort_keys=True, default=str)
+
+
+def _expansion_estimate(graph: Graph, node: OpNode) -> Estimate | None:
+    """FLOPs/accesses of the op's map expansion (cached by op signature), or None."""
+    try:
+        from ir import lowering
+    except ImportError:
+        return None
+    key = _signature(graph, node)
+    if key not in _EXPANSION_CACHE:
+        if lowering.can_expand(graph, node) is not None:
+            _EXPANSION_CACHE[key] = None
+        else:
+            _EXPANSION_CACHE[key] = _map_estimate(graph, lowering.expand(graph, node))
+    return _EXPANSION_CACHE[key]
+
+
+def library_flops(graph: Graph, node: OpNode) -> int | None:
+    """Closed-form FLOPs of library ops (2 per multiply-add); None for other ops."""
+    shape = lambda k: graph.container(node.inputs[k].container).concrete_shape(graph.bindings)  # noqa: E731
+    op = node.op_type
+    if op not in ("MatMul", "FusedMatMul", "Gemm", "Conv", "ConvTranspose", "ConvGrad"):
+        return None
+    first = next(m for m in node.outputs if m is not None)
+    out_shape = graph.container(first.container).concrete_shape(graph.bindings)
+    if op in ("MatMul", "FusedMatMul"):
+        a = shape(0)
+        k = a[-2] if node.attrs.get("transA") else a[-1]
+        return 2 * math.prod(out_shape) * k
+    if op == "Gemm":
+        a = shape(0)
+        k = a[0] if node.attrs.get("transA") else a[1]
+        bias = math.prod(out_shape) if len(node.inputs) > 2 and node.inputs[2] is not None else 0
+        return 2 * math.prod(out_shape) * k + bias
+    if op in ("Conv", "ConvTranspose"):
+        w = shape(1)
+        x_or_y = out_shape if op == "Conv" else shape(0)
+        return 2 * math.prod(w[1:]) * math.prod(x_or_y)
+    if op == "ConvGrad":
+        w = shape(2)
+        dy = shape(0)
+        return 2 * 2 * math.prod(w[1:]) * math.prod(dy)  # dX and dW, each one conv's worth
+    raise AssertionError(op)
+
+
+def lower_bound(graph: Graph) -> int:
+    """Compulsory bytes: interface and constant containers read once, outputs written once."""
+    used_reads = {m.container for n in graph.nodes.values() for m in n.inputs if m is not None}
+    total = 0
+    for name in dict.fromkeys(list(graph.inputs) + list(graph.values)):
+        if name in used_reads:
+            total += _nbytes(graph, graph.container(name))
+    for name in dict.fromkeys(graph.outputs):
+        total += _nbytes(graph, graph.container(name))
+    return total
+
+
+def report(graph: Graph, kernels: Iterable | None = None) -> Report:
+    """Figures for every kernel (in topological order), their total and the bound."""
+    nodes = list(kernels) if kernels is not None else graph.topo_order()
+    figs = []
+    total = Estimate()
+    for node in nodes:
+        est = kernel_estimate(graph, node)
+        label = node.qualified_type if isinstance(node, OpNode) else f"map[{node.label}]"
+        figs.append(KernelFigures(node.id, label, est))
+        total = total + est
+    return Report(tuple(figs), total, lower_bound(graph))
+
+
+__all__ = ["Estimate", "KernelFigures", "Report", "kernel_estimate", "library_flops", "lower_bound",
+           "report"]

@@ -1,0 +1,105 @@
+"""Reading ONNX files safely: parse errors, truncation and external data.
+
+``read_model(path)`` returns a ``ModelProto`` with external tensors loaded, or
+raises ``ModelImportError`` naming the file and saying what to do. External
+data must stay inside the model's folder: absolute paths, ``..`` escapes and
+symlinks that leave the folder are refused. Nothing is evaluated or unpickled.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+from google.protobuf.message import DecodeError
+from onnx import ModelProto, TensorProto
+
+from ir.errors import ModelImportError
+
+
+def _fail(path: Path, message: str, hint: str) -> ModelImportError:
+    return ModelImportError(f"{message}. {hint}", path=str(path))
+
+
+def read_model(path: str | os.PathLike) -> ModelProto:
+    """Parse ``path`` as an ONNX model and load its external data (confined to its folder)."""
+    path = Path(path)
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        raise _fail(path, "file not found", "Check the path") from None
+    except IsADirectoryError:
+        raise _fail(path, "is a directory, not an ONNX file", "Pass the .onnx file itself") from None
+    except OSError as e:
+        raise _fail(path, f"cannot read the file ({e.strerror})", "Check permissions") from None
+    if not blob:
+        raise _fail(path, "the file is empty", "Re-export the model")
+    model = ModelProto()
+    try:
+        model.ParseFromString(blob)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise _fail(path, f"not a valid ONNX protobuf ({type(e).__name__}: {str(e)[:80]}); "
+                    "the file is corrupt, truncated or not ONNX", "Re-export or re-download the model") from None
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
+        raise _fail(path, "parsed, but holds no graph (nodes and outputs are missing); "
+                    "the file is probably truncated or not an ONNX model", "Re-export the model")
+    _load_external(model, path)
+    return model
+
+
+def _external_tensors(model: ModelProto):
+    graph = model.graph
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+
+
+def _load_external(model: ModelProto, path: Path) -> None:
+    base = path.resolve().parent
+    for tensor in _external_tensors(model):
+        if tensor.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        loc = info.get("location", "")
+        target = (base / loc).resolve()
+        if not loc or os.path.isabs(loc) or (target != base and base not in target.parents):
+            raise _fail(path, f"initializer '{tensor.name}' points to external data '{loc}' outside "
+                        "the model's folder; refused for safety",
+                        "Move the data file next to the model and re-save it with a relative location")
+        try:
+            with open(target, "rb") as fh:
+                fh.seek(int(info.get("offset", 0)))
+                length = info.get("length")
+                raw = fh.read(int(length)) if length is not None else fh.read()
+        except OSError as e:
+            raise _fail(path, f"external data '{loc}' of initializer '{tensor.name}' cannot be read "
+                        f"({e.strerror})", "Keep the data file next to the model") from None
+        if length is not None and len(raw) != int(length):
+            raise _fail(path, f"external data '{loc}' of initializer '{tensor.name}' is truncated "
+                        f"({len(raw)} of {length} bytes)", "Re-save the model with its data")
+        tensor.raw_data = raw
+        del tensor.external_data[:]
+        tensor.data_location = TensorProto.DEFAULT
+
+
+def opset_map(model: ModelProto) -> dict[str, int]:
+    """domain -> opset version ('' for the default domain)."""
+    out: dict[str, int] = {}
+    for imp in model.opset_import:
+        dom = "" if imp.domain in ("", "ai.onnx") else imp.domain
+        out[dom] = int(imp.version)
+    return out
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+

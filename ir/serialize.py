@@ -1,0 +1,171 @@
+"""Exact JSON round trip of a graph, and its content hash.
+
+``to_json(graph)`` gives plain JSON data (no pickling; arrays are base64 of
+their little-endian bytes with dtype and shape); ``from_json`` rebuilds an equal
+graph; ``graph_hash`` is the sha256 of the canonical JSON, so the same history
+on the same model gives the same hash in any process.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any, Mapping
+
+import numpy as np
+
+from ir import expr as E
+from ir.containers import Container
+from ir.errors import StudioError
+from ir.graph import Graph
+from ir.memlet import Memlet, Range
+from ir.nodes import MapNode, OpNode, Tasklet
+
+FORMAT = "dcstudio-graph"
+VERSION = 1
+
+
+def array_to_json(arr: np.ndarray) -> dict:
+    arr = np.asarray(arr)
+    if arr.dtype == object:
+        return {"dtype": "string", "shape": list(arr.shape), "items": [str(x) for x in arr.reshape(-1)]}
+    data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False)
+    return {"dtype": arr.dtype.name, "shape": list(arr.shape),
+            "b64": base64.b64encode(data.tobytes()).decode("ascii")}
+
+
+def array_from_json(d: Mapping) -> np.ndarray:
+    if d["dtype"] == "string":
+        return np.array(d["items"], dtype=object).reshape(d["shape"])
+    dt = np.dtype(d["dtype"]).newbyteorder("<")
+    raw = base64.b64decode(d["b64"].encode("ascii"), validate=True)
+    return np.frombuffer(raw, dtype=dt).astype(np.dtype(d["dtype"])).reshape(d["shape"])
+
+
+def _attr_to_json(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return {"tensor": array_to_json(v)}
+    if isinstance(v, list) and v and isinstance(v[0], np.ndarray):
+        return {"tensors": [array_to_json(x) for x in v]}
+    if isinstance(v, float) and not np.isfinite(v):
+        return {"float": repr(v)}
+    return v
+
+
+def _attr_from_json(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "tensor" in v:
+            return array_from_json(v["tensor"])
+        if "tensors" in v:
+            return [array_from_json(x) for x in v["tensors"]]
+        if "float" in v:
+            return float(v["float"])
+    return v
+
+
+def _memlets(ms) -> list:
+    return [m.to_json() if m is not None else None for m in ms]
+
+
+def _unmemlets(ms) -> list:
+    return [Memlet.from_json(m) if m is not None else None for m in ms]
+
+
+def _node_to_json(n) -> dict:
+    base = {"id": n.id, "name": n.name}
+    if n.provenance is not None:
+        base["provenance"] = list(n.provenance)
+    if isinstance(n, OpNode):
+        base.update(kind="op", op_type=n.op_type, domain=n.domain, opset=n.opset, impl=n.impl,
+                    attrs={k: _attr_to_json(v) for k, v in sorted(n.attrs.items())},
+                    inputs=_memlets(n.inputs), outputs=_memlets(n.outputs))
+    elif isinstance(n, MapNode):
+        base.update(kind="map", label=n.label, params=[[p, r.to_json()] for p, r in n.params],
+                    locals=[c.to_json() for c in n.locals.values()],
+                    body=[_node_to_json(b) for b in n.body],
+                    inputs=_memlets(n.inputs), outputs=_memlets(n.outputs))
+    else:
+        base.update(kind="tasklet", expr=E.to_json(n.expr),
+                    inputs={k: m.to_json() for k, m in n.inputs.items()}, output=n.output.to_json())
+    return base
+
+
+def _node_from_json(d: Mapping):
+    prov = tuple(d["provenance"]) if d.get("provenance") else None
+    kind = d["kind"]
+    if kind == "op":
+        return OpNode(d["id"], d["op_type"], _unmemlets(d["inputs"]), _unmemlets(d["outputs"]),
+                      domain=d["domain"], attrs={k: _attr_from_json(v) for k, v in d["attrs"].items()},
+                      impl=d["impl"], opset=int(d["opset"]), name=d["name"], provenance=prov)
+    if kind == "map":
+        locs = [Container.from_json(c) for c in d["locals"]]
+        return MapNode(d["id"], [(p, Range.from_json(r)) for p, r in d["params"]],
+                       [_node_from_json(b) for b in d["body"]], locals={c.name: c for c in locs},
+                       inputs=_unmemlets(d["inputs"]), outputs=_unmemlets(d["outputs"]),
+                       label=d["label"], name=d["name"], provenance=prov)
+    if kind == "tasklet":
+        return Tasklet(d["id"], E.from_json(d["expr"]),
+                       {k: Memlet.from_json(m) for k, m in d["inputs"].items()},
+                       Memlet.from_json(d["output"]), name=d["name"], provenance=prov)
+    raise ValueError(f"unknown node kind {kind!r}")
+
+
+def to_json(graph: Graph, *, with_values: bool = True) -> dict:
+    """Plain JSON data for ``graph`` (values as base64 unless ``with_values`` is False)."""
+    d = {"format": FORMAT, "version": VERSION, "name": graph.name,
+         "containers": [c.to_json() for c in graph.containers.values()],
+         "access_ids": {name: graph.access_id(name) for name in graph.containers},
+         "nodes": [_node_to_json(n) for n in graph.nodes.values()],
+         "inputs": list(graph.inputs), "outputs": list(graph.outputs),
+         "bindings": dict(sorted(graph.bindings.items())), "opsets": dict(sorted(graph.opsets.items())),
+         "meta": dict(sorted(graph.meta.items()))}
+    if with_values:
+        d["values"] = {k: array_to_json(v) for k, v in graph.values.items()}
+    else:
+        d["values_sha256"] = {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
+                              for k, v in graph.values.items()}
+    return d
+
+
+def from_json(d: Mapping) -> Graph:
+    """Rebuild a graph from ``to_json`` data; malformed data raises StudioError."""
+    if d.get("format") != FORMAT:
+        raise StudioError(f"not a {FORMAT} document (format={d.get('format')!r})")
+    if d.get("version") != VERSION:
+        raise StudioError(f"{FORMAT} version {d.get('version')!r} is not supported (expected {VERSION})")
+    try:
+        g = Graph(d["name"])
+        access = d.get("access_ids", {})
+        for c in d["containers"]:
+            cont = Container.from_json(c)
+            g.containers[cont.name] = cont
+            ident = access.get(cont.name) or g.ids.claim("data:" + cont.name)
+            g.ids._taken.add(ident)
+            g._access_ids[cont.name] = ident
+        for nd in d["nodes"]:
+            g.add_node(_node_from_json(nd))
+        g.inputs, g.outputs = list(d["inputs"]), list(d["outputs"])
+        g.bindings = {k: int(v) for k, v in d["bindings"].items()}
+        g.opsets = {k: int(v) for k, v in d["opsets"].items()}
+        g.meta = dict(d["meta"])
+        g.values = {k: array_from_json(v) for k, v in d.get("values", {}).items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise StudioError(f"malformed {FORMAT} document: {type(e).__name__}: {e}") from None
+    return g
+
+
+def dumps(graph: Graph, **kw) -> str:
+    return json.dumps(to_json(graph, **kw), sort_keys=True, separators=(",", ":"))
+
+
+def loads(text: str) -> Graph:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise StudioError(f"not JSON: {e}") from None
+    return from_json(data)
+
+
+def graph_hash(graph: Graph) -> str:
+    """sha256 of the canonical JSON (values by digest), independent of PYTHONHASHSEED."""
+    return hashlib.sha256(dumps(graph, with_values=False).encode("utf-8")).hexdigest()

@@ -1,0 +1,140 @@
+"""The ``dcstudio`` command line.
+
+Sub-commands (more arrive with the transformation, codegen and GUI issues):
+
+- ``inspect MODEL [--bind k=v …] [--optimizer OPT] [--json] [--top N]``: import a
+  model and print the kernel table (id, op, bytes read/written, FLOPs,
+  intensity), the totals, the compulsory bound and the ratio;
+- ``ops``: the ops the importer claims, per domain.
+
+Exit codes: 0 ok, 1 numeric/regression failure, 2 bad input. Errors print one
+line (file, node, what to do) without a traceback unless ``--debug``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from ir.errors import StudioError
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class UsageError(StudioError):
+    """A bad command-line argument."""
+
+
+def parse_bindings(items: Sequence[str]) -> dict[str, int]:
+    """``["batch=8", "seq=128"]`` -> ``{"batch": 8, "seq": 128}``; bad items raise UsageError."""
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().lstrip("-").isdigit() or int(value) <= 0:
+            raise UsageError(f"--bind expects NAME=POSITIVE_INT, got {item!r}")
+        out[name.strip()] = int(value)
+    return out
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000.0
+    return f"{n:.2f} GB"
+
+
+def human_count(n: float) -> str:
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(n) < 1000 or unit == "T":
+            return f"{n:.0f}" if unit == "" else f"{n:.2f}{unit}"
+        n /= 1000.0
+    return f"{n:.2f}T"
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from ir import movement
+    from ir.onnx_import import import_model
+    graph = import_model(args.model, bindings=parse_bindings(args.bind), optimizer=args.optimizer)
+    rep = movement.report(graph)
+    if args.json:
+        doc = {"model": args.model, "graph": graph.name, "kind": graph.meta.get("kind"),
+               "sha256": graph.meta.get("sha256"), "bindings": graph.bindings, **rep.to_json()}
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return EXIT_OK
+    print(_table(graph, rep, args.top))
+    return EXIT_OK
+
+
+def _table(graph, rep, top: int | None) -> str:
+    rows = list(rep.kernels)
+    if top:
+        rows = sorted(rows, key=lambda k: -k.estimate.bytes)[:top]
+    idw = min(60, max([len(k.node_id) for k in rows] + [2]))
+    opw = min(28, max([len(k.label) for k in rows] + [2]))
+    head = f"{'id':<{idw}}  {'op':<{opw}}  {'read':>11}  {'written':>11}  {'FLOPs':>9}  {'FLOP/B':>7}"
+    lines = [f"{graph.name}: {len(rep.kernels)} kernels ({graph.meta.get('kind', '?')} graph)", head,
+             "-" * len(head)]
+    for k in rows:
+        e = k.estimate
+        ident = k.node_id if len(k.node_id) <= idw else "…" + k.node_id[-(idw - 1):]
+        lines.append(f"{ident:<{idw}}  {k.label[:opw]:<{opw}}  {human_bytes(e.bytes_read):>11}  "
+                     f"{human_bytes(e.bytes_written):>11}  {human_count(e.flops):>9}  {e.intensity:>7.2f}")
+    t = rep.total
+    lines += ["-" * len(head),
+              f"total moved      {human_bytes(t.bytes):>11}  ({t.bytes} B: read {t.bytes_read}, written {t.bytes_written})",
+              f"lower bound      {human_bytes(rep.bound_bytes):>11}  ({rep.bound_bytes} B: inputs, parameters, "
+              "state read once; outputs written once)",
+              f"moved / bound    {rep.ratio:>11.2f}x",
+              f"FLOPs            {human_count(t.flops):>11}  (intensity {t.intensity:.2f} FLOP/B)",
+              f"access volume    {human_count(t.accesses):>11} elements"]
+    if top:
+        lines.insert(3, f"(top {top} kernels by bytes moved)")
+    return "\n".join(lines)
+
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    from ir.claimed_ops import CLAIMED_OPS
+    for domain, ops in sorted(CLAIMED_OPS.items()):
+        print(f"{domain or 'ai.onnx (default)'} ({len(ops)}): {', '.join(sorted(ops))}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dcstudio", description="Data-centric optimization studio for "
+                                "ONNX training graphs.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ins = sub.add_parser("inspect", help="print the kernel table, bytes moved and the lower bound")
+    ins.add_argument("model", help="ONNX model (forward, ORT training artifact or joint graph)")
+    ins.add_argument("--bind", action="append", default=[], metavar="NAME=N",
+                     help="bind a symbolic dimension, e.g. --bind batch=8 (repeatable)")
+    ins.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: the one beside MODEL, if any)")
+    ins.add_argument("--json", action="store_true", help="print the report as JSON")
+    ins.add_argument("--top", type=int, default=None, metavar="N", help="only the N kernels moving most bytes")
+    ins.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    ins.set_defaults(func=_cmd_inspect)
+    ops = sub.add_parser("ops", help="list the ops the importer supports")
+    ops.set_defaults(func=_cmd_ops)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except StudioError as e:
+        if args.debug:
+            raise
+        print(f"dcstudio: error: {e.summary}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("dcstudio: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
