@@ -8,8 +8,16 @@ test case that is not run or does not pass, with its reason.
 from __future__ import annotations
 
 CLAIMED_OPS: dict[str, frozenset[str]] = {
-    "": frozenset(),
-    "com.microsoft": frozenset(),
+    "": frozenset({
+        'Add', 'BatchNormalization', 'Cast', 'Concat', 'Constant', 'ConstantOfShape', 'Conv', 'ConvTranspose',
+        'Div', 'Dropout', 'Equal', 'Erf', 'Exp', 'Expand', 'Flatten', 'GatherElements', 'Gelu', 'Gemm',
+        'GlobalAveragePool', 'Identity', 'LayerNormalization', 'LessOrEqual', 'LogSoftmax', 'MatMul', 'MaxPool',
+        'MaxPoolGrad', 'Mul', 'Neg', 'Not', 'Pow', 'Reciprocal', 'ReduceMean', 'ReduceSum', 'Relu', 'Reshape',
+        'ScatterElements', 'Shape', 'Size', 'Slice', 'Softmax', 'SoftmaxCrossEntropyLoss', 'Sqrt', 'Squeeze',
+        'Sub', 'Sum', 'Transpose', 'Unsqueeze', 'Where', 'Less', 'RandomUniformLike', 'Sigmoid'}),
+    "com.microsoft": frozenset({
+        'BatchNormInternal', 'BatchNormalizationGrad', 'ConvGrad', 'FusedMatMul', 'Gelu', 'GeluGrad',
+        'LayerNormalizationGrad', 'ReluGrad', 'Scale', 'SoftmaxCrossEntropyLossGrad', 'SoftmaxGrad_13'}),
     "ai.dcstudio": frozenset({"AdamW", "SGD", "Lion"}),
 }
 

@@ -27,7 +27,7 @@ def describe_node(node: Any) -> str:
     if node is None:
         return "graph"
     kind = getattr(node, "kind", None)
-    kind_name = getattr(kind, "value", None) or type(node).__name__.lower()
+    kind_name = getattr(kind, "value", None) or "node"
     name = getattr(node, "name", None) or getattr(node, "id", "?")
     op_type = getattr(node, "op_type", None) or kind_name
     return f"{kind_name} '{name}' ({op_type}, id={getattr(node, 'id', '?')})"
@@ -40,9 +40,11 @@ class GraphError(StudioError):
                  hint: str = "", path: str | None = None) -> None:
         self.node = node
         self.graph = graph
-        where = describe_node(node)
-        gname = getattr(graph, "name", None) or "graph"
-        text = f"{where} in {gname}: {message}" if node is not None else f"{gname}: {message}"
+        gname = getattr(graph, "name", None)
+        if node is not None:
+            text = f"{describe_node(node)}{f' in {gname}' if gname else ''}: {message}"
+        else:
+            text = f"{gname}: {message}" if gname else message
         if hint:
             text += f". {hint}" if not text.endswith(".") else f" {hint}"
         super().__init__(text, path=path)

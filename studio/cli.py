@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: the one beside MODEL, if any)")
     ins.add_argument("--json", action="store_true", help="print the report as JSON")
     ins.add_argument("--top", type=int, default=None, metavar="N", help="only the N kernels moving most bytes")
-    ins.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    ins.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     ins.set_defaults(func=_cmd_inspect)
     ops = sub.add_parser("ops", help="list the ops the importer supports")
     ops.set_defaults(func=_cmd_ops)

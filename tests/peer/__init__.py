@@ -1,0 +1,1 @@
+"""Peer tests: results checked against external oracles (ONNX node suite, onnxruntime, PyTorch)."""
