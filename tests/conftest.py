@@ -1,0 +1,50 @@
+"""Shared pytest set-up: headless Qt, the ../shared fixtures, and the ``--update-golden`` option."""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+
+UPDATE_GOLDEN = pytest.StashKey[bool]()
+
+# Without PySide6 (no `gui` extra) the GUI tests cannot run; everything else must (DESIGN §1).
+HAS_QT = importlib.util.find_spec("PySide6") is not None
+collect_ignore = [] if HAS_QT else ["gui"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite golden snapshot files from the current output instead of comparing against them",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[UPDATE_GOLDEN] = bool(config.getoption("--update-golden"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not HAS_QT and (REPO_ROOT / "tests" / "gui").is_dir():
+        terminalreporter.write_line("tests/gui was not collected: PySide6 is not installed (bash .ci/setup-env gui)")
+
+
+@pytest.fixture(scope="session")
+def update_golden(pytestconfig: pytest.Config) -> bool:
+    """True when the run was started with ``--update-golden``."""
+    return pytestconfig.stash[UPDATE_GOLDEN]
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """``../shared/fixtures`` beside the repository: real training graphs made outside this project."""
+    if not SHARED_FIXTURES.is_dir():
+        pytest.skip(f"shared fixtures not found at {SHARED_FIXTURES}")
+    return SHARED_FIXTURES

@@ -1,0 +1,1 @@
+"""Golden tests: text snapshots of printed IR and exported modules (``--update-golden`` rewrites them)."""
