@@ -2,26 +2,72 @@
 
 An op is claimed only when the reference executor implements it and the ONNX
 backend node test cases made only of claimed ops pass at >= 95 %
-(tests/peer/test_node_suite.py). ``EXCLUDED_CASES`` lists every in-scope node
-test case that is not run or does not pass, with its reason.
+(tests/peer/test_node_suite.py; rtol 1e-3, atol 1e-7, exact for integers).
+``EXCLUDED_CASES`` lists every in-scope node test case that does not pass,
+with its reason. Both are plain literals; ``dcstudio ops`` prints the list.
 """
 from __future__ import annotations
 
 CLAIMED_OPS: dict[str, frozenset[str]] = {
     "": frozenset({
-        'Add', 'BatchNormalization', 'Cast', 'Concat', 'Constant', 'ConstantOfShape', 'Conv', 'ConvTranspose',
-        'Div', 'Dropout', 'Equal', 'Erf', 'Exp', 'Expand', 'Flatten', 'GatherElements', 'Gelu', 'Gemm',
-        'GlobalAveragePool', 'Identity', 'LayerNormalization', 'LessOrEqual', 'LogSoftmax', 'MatMul', 'MaxPool',
-        'MaxPoolGrad', 'Mul', 'Neg', 'Not', 'Pow', 'Reciprocal', 'ReduceMean', 'ReduceSum', 'Relu', 'Reshape',
-        'ScatterElements', 'Shape', 'Size', 'Slice', 'Softmax', 'SoftmaxCrossEntropyLoss', 'Sqrt', 'Squeeze',
-        'Sub', 'Sum', 'Transpose', 'Unsqueeze', 'Where', 'Less', 'RandomUniformLike', 'Sigmoid'}),
+        "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan",
+        "Atanh", "AveragePool", "BatchNormalization", "BitShift", "BitwiseAnd",
+        "BitwiseNot", "BitwiseOr", "BitwiseXor", "BlackmanWindow", "Cast", "CastLike",
+        "Ceil", "Celu", "CenterCropPad", "Clip", "Compress", "Concat", "Constant",
+        "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumProd", "CumSum",
+        "DepthToSpace", "DequantizeLinear", "Det", "Div", "Dropout",
+        "DynamicQuantizeLinear", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand",
+        "EyeLike", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu",
+        "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
+        "GreaterOrEqual", "GroupNormalization", "HammingWindow", "HannWindow",
+        "HardSigmoid", "HardSwish", "Hardmax", "Identity", "InstanceNormalization", "IsInf",
+        "IsNaN", "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log",
+        "LogSoftmax", "LpNormalization", "LpPool", "MatMul", "MatMulInteger", "Max",
+        "MaxPool", "MaxPoolGrad", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod",
+        "Mul", "Neg", "NegativeLogLikelihoodLoss", "NonZero", "Not", "OneHot", "Or",
+        "PRelu", "Pad", "Pow", "QuantizeLinear", "RMSNormalization", "RandomUniformLike", "Range", "Reciprocal",
+        "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+        "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu",
+        "Reshape", "ReverseSequence", "Round", "Scatter", "ScatterElements", "ScatterND",
+        "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "SimplifiedLayerNormalization", "Sin",
+        "Sinh", "Size", "Slice", "Softmax", "SoftmaxCrossEntropyLoss", "Softplus",
+        "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Swish",
+        "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique",
+        "Unsqueeze", "Where", "Xor",
+    }),
     "com.microsoft": frozenset({
-        'BatchNormInternal', 'BatchNormalizationGrad', 'ConvGrad', 'FusedMatMul', 'Gelu', 'GeluGrad',
-        'LayerNormalizationGrad', 'ReluGrad', 'Scale', 'SoftmaxCrossEntropyLossGrad', 'SoftmaxGrad_13'}),
-    "ai.dcstudio": frozenset({"AdamW", "SGD", "Lion"}),
+        "BatchNormInternal", "BatchNormalizationGrad", "BiasGelu", "BiasGeluGrad_dX",
+        "ConvGrad", "DropoutGrad", "FastGelu", "FastGeluGrad", "FusedMatMul", "Gelu",
+        "GeluGrad", "InPlaceAccumulatorV2", "LayerNormalization", "LayerNormalizationGrad",
+        "LogSoftmaxGrad", "LogSoftmaxGrad_13", "QuickGelu", "QuickGeluGrad", "ReluGrad",
+        "Scale", "SigmoidGrad", "SimplifiedLayerNormalization",
+        "SimplifiedLayerNormalizationGrad", "SoftmaxCrossEntropyLossGrad", "SoftmaxGrad",
+        "SoftmaxGrad_13", "TanhGrad",
+    }),
+    "ai.dcstudio": frozenset({"AdamW", "Lion", "SGD"}),
 }
 
-EXCLUDED_CASES: dict[str, str] = {}
+_RNG = "random values: the suite's expected outputs come from NumPy's global RNG stream"
+_LOW_PRECISION = ("1-ulp bf16/fp16 rounding differences of the op-by-op expanded function "
+                  "(rtol 1e-3 is finer than the dtype's precision)")
+
+EXCLUDED_CASES: dict[str, str] = {
+    "test_cast_e8m0_FLOAT_to_FLOAT8E8M0": "float8e8m0 (Cast round_mode) unsupported",
+    "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0": "float8e8m0 (Cast round_mode) unsupported",
+    "test_bernoulli_expanded": _RNG,
+    "test_bernoulli_double_expanded": _RNG,
+    "test_bernoulli_seed_expanded": _RNG,
+    "test_training_dropout": _RNG,
+    "test_training_dropout_default": _RNG,
+    "test_training_dropout_default_mask": _RNG,
+    "test_training_dropout_mask": _RNG,
+    "test_attention_4d_causal_bf16_expanded": _LOW_PRECISION,
+    "test_attention_4d_causal_fp16_expanded": _LOW_PRECISION,
+    "test_attention_4d_padded_kv_bf16_expanded": _LOW_PRECISION,
+    "test_attention_4d_causal_padded_kv_bf16_expanded": _LOW_PRECISION,
+    "test_attention_4d_attn_mask_causal_bf16_expanded": _LOW_PRECISION,
+    "test_attention_3d_causal_bf16_expanded": _LOW_PRECISION,
+}
 
 
 def is_claimed(domain: str, op_type: str) -> bool:

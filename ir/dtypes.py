@@ -1,26 +1,31 @@
 """Element types: names, ONNX codes, NumPy dtypes and sizes in bytes.
 
-The IR names dtypes by NumPy-style strings (``"float32"``, ``"int64"``, ``"bool"``,
-``"bfloat16"``). bfloat16 has no NumPy dtype here; it is stored as ``uint16`` bits.
+The IR names dtypes by their NumPy names (``"float32"``, ``"int64"``, ``"bool"``,
+``"bfloat16"``, ``"float8_e4m3fn"``, …), taken from onnx's own type table, so
+bfloat16 and the float8/int4 families map to their ``ml_dtypes`` NumPy types.
+Strings are ``"string"`` (NumPy object arrays).
 """
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
+
+def _table() -> dict[int, np.dtype]:
+    out = {}
+    for code in TensorProto.DataType.values():
+        try:
+            out[code] = np.dtype(helper.tensor_dtype_to_np_dtype(code))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+_NP_OF_CODE = _table()
 ONNX_TO_NAME: dict[int, str] = {
-    TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float64", TensorProto.FLOAT16: "float16",
-    TensorProto.BFLOAT16: "bfloat16", TensorProto.INT8: "int8", TensorProto.INT16: "int16",
-    TensorProto.INT32: "int32", TensorProto.INT64: "int64", TensorProto.UINT8: "uint8",
-    TensorProto.UINT16: "uint16", TensorProto.UINT32: "uint32", TensorProto.UINT64: "uint64",
-    TensorProto.BOOL: "bool", TensorProto.STRING: "string",
-}
+    code: ("string" if dt == np.dtype(object) else dt.name) for code, dt in _NP_OF_CODE.items()}
 NAME_TO_ONNX: dict[str, int] = {v: k for k, v in ONNX_TO_NAME.items()}
-
-ITEMSIZE: dict[str, int] = {
-    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "int16": 2, "int32": 4,
-    "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1, "string": 8,
-}
+_NP_OF_NAME: dict[str, np.dtype] = {ONNX_TO_NAME[c]: dt for c, dt in _NP_OF_CODE.items()}
 
 FLOAT_TYPES = frozenset({"float32", "float64", "float16", "bfloat16"})
 
@@ -30,26 +35,23 @@ def from_onnx(code: int) -> str:
     try:
         return ONNX_TO_NAME[code]
     except KeyError:
-        raise ValueError(f"unsupported ONNX element type {TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code}") from None
+        raise ValueError(f"unsupported ONNX element type {code}") from None
 
 
 def to_numpy(name: str) -> np.dtype:
-    """dtype name -> NumPy dtype (bfloat16 is carried as uint16 bits)."""
-    if name == "bfloat16":
-        return np.dtype(np.uint16)
-    if name == "string":
-        return np.dtype(object)
-    return np.dtype(name)
+    """dtype name -> NumPy dtype (ml_dtypes types for bfloat16, float8, int4, …)."""
+    try:
+        return _NP_OF_NAME[name]
+    except KeyError:
+        return np.dtype(name)
 
 
 def from_numpy(dtype: np.dtype) -> str:
     """NumPy dtype -> dtype name."""
     dtype = np.dtype(dtype)
-    if dtype == np.dtype(object):
-        return "string"
-    return dtype.name
+    return "string" if dtype == np.dtype(object) else dtype.name
 
 
 def itemsize(name: str) -> int:
-    """Bytes per element of ``name``."""
-    return ITEMSIZE[name]
+    """Bytes per element of ``name`` (sub-byte types count one byte, as stored here)."""
+    return to_numpy(name).itemsize

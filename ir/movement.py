@@ -92,6 +92,10 @@ def _nbytes(graph: Graph, c: Container) -> int:
     try:
         return c.nbytes(graph.bindings)
     except KeyError as e:
+        if e.args[0] in ("?", "..."):
+            raise ShapeError(f"the shape of container '{c.name}' is data-dependent (unknown until run time)",
+                             None, graph, hint="Byte counts need static shapes: re-export the model with "
+                             "fixed shapes, or bind its symbolic inputs with --bind") from None
         raise ShapeError(f"symbolic dimension '{e.args[0]}' of container '{c.name}' is unbound", None, graph,
                          hint=f"Bind it, e.g. --bind {e.args[0]}=8") from None
 

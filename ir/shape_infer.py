@@ -17,11 +17,12 @@ from ir import dtypes
 from ir.errors import ShapeError
 from ir.onnx_attrs import attrs_from_onnx
 
-TensorType = tuple[str, tuple]          # (dtype name, shape of int | str)
+TensorType = tuple[str, tuple]
+UNKNOWN_RANK = ("...",)                 # the shape of a value whose rank is not known statically          # (dtype name, shape of int | str)
 Rule = Callable[[list["TensorType | None"], dict[str, Any], int], list["TensorType | None"]]
 SHAPE_RULES: dict[tuple[str, str], Rule] = {}
 
-_HARD = re.compile(r"Incompatible|mismatch|must be|Invalid rank|cannot broadcast|not compatible",
+_HARD = re.compile(r"Incompatible|mismatch|Invalid rank|cannot broadcast|not compatible",
                    re.IGNORECASE)
 _NODE_IN_MSG = re.compile(r"node name: ([^)]*)\)")
 
@@ -39,13 +40,18 @@ def _tt(vi: ValueInfoProto | TypeProto) -> TensorType | None:
     if not tp.HasField("tensor_type"):
         return None
     t = tp.tensor_type
-    if not t.HasField("shape") or t.elem_type == 0:
+    if t.elem_type == 0:
         return None
+    if not t.HasField("shape"):
+        try:
+            return dtypes.from_onnx(t.elem_type), UNKNOWN_RANK
+        except ValueError:
+            return None
     dims: list[int | str] = []
     for d in t.shape.dim:
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
-        elif d.HasField("dim_param"):
+        elif d.HasField("dim_param") and not d.dim_param.startswith("unk__"):
             dims.append(str(d.dim_param))
         else:
             dims.append("?")
@@ -62,9 +68,13 @@ def _known(model: ModelProto) -> dict[str, TensorType]:
         out[init.name] = (dtypes.from_onnx(init.data_type), tuple(int(d) for d in init.dims))
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         t = _tt(vi)
-        if t is not None and (vi.name not in out or "?" in out[vi.name][1]):
+        if t is not None and (vi.name not in out or _vague(out[vi.name][1])):
             out[vi.name] = t
     return out
+
+
+def _vague(shape: tuple) -> bool:
+    return "?" in shape or shape == UNKNOWN_RANK
 
 
 def _run_onnx(model: ModelProto, path: str | None) -> ModelProto:

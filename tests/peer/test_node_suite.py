@@ -58,4 +58,5 @@ def test_every_claimed_op_is_exercised(outcomes):
     cases, _ = outcomes
     seen = set().union(*(ops_of(c) for c in cases))
     untested = CLAIMED_OPS[""] - seen
-    assert untested <= {"MaxPoolGrad"}, f"claimed but never exercised by the node suite: {sorted(untested)}"
+    covered_elsewhere = {"MaxPoolGrad", "SimplifiedLayerNormalization"}  # ORT ops: tests/unit/codegen
+    assert untested <= covered_elsewhere, f"claimed but never exercised by the node suite: {sorted(untested)}"

@@ -1,0 +1,12 @@
+"""Imports every NumPy reference kernel family so that ``NUMPY_KERNELS`` is filled.
+
+``import codegen.numpy_ref.kernels`` registers elementwise, reduce, linalg, nn,
+shape, loss, training and optimizer kernels in ``codegen.numpy_ref.registry.NUMPY_KERNELS``.
+"""
+from __future__ import annotations
+
+from . import (elementwise, linalg, loss, nn, optimizer, quantize, reduce, shape,  # noqa: F401
+               spectral, training)
+
+__all__ = ["elementwise", "linalg", "loss", "nn", "optimizer", "quantize", "reduce", "shape",
+           "spectral", "training"]

@@ -1,0 +1,25 @@
+"""The kernel table covers every claimed op, and registration rejects duplicates."""
+from __future__ import annotations
+
+import pytest
+
+import codegen.numpy_ref.kernels  # noqa: F401
+from codegen.numpy_ref.registry import NUMPY_KERNELS, kernel, lookup
+from ir.claimed_ops import CLAIMED_OPS, is_claimed
+
+
+def test_every_claimed_op_has_a_kernel():
+    missing = [(d, op) for d, ops in CLAIMED_OPS.items() for op in ops if lookup(d, op) is None]
+    assert not missing, missing
+
+
+def test_default_domain_aliases():
+    assert is_claimed("ai.onnx", "Add") and is_claimed("", "Add")
+    assert lookup("ai.onnx", "Add") is lookup("", "Add")
+    assert not is_claimed("com.example", "Add")
+
+
+def test_duplicate_registration_is_an_error():
+    assert ("", "Add") in NUMPY_KERNELS
+    with pytest.raises(ValueError, match="duplicate"):
+        kernel("Add")(lambda inputs, attrs, ctx: inputs)

@@ -1,0 +1,53 @@
+"""``dcstudio inspect``: the kernel table, totals, bound and ratio, as text and JSON."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ir.movement import report
+from ir.onnx_import import import_model
+from studio.cli import main, parse_bindings
+
+
+def test_inspect_prints_table_totals_bound_and_ratio(fixtures_dir, capsys):
+    path = fixtures_dir / "ort_artifacts/bert_layer_base/legacy16/train_step_adamw.onnx"
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    rep = report(import_model(path))
+    header = out.splitlines()[1]
+    for col in ("id", "op", "read", "written", "FLOPs", "FLOP/B"):
+        assert col in header
+    assert f"({rep.total.bytes} B:" in out
+    assert f"({rep.bound_bytes} B:" in out
+    assert f"moved / bound    {rep.ratio:>11.2f}x" in out
+    assert "/layer/attention/self/Softmax" in out
+    assert len(out.splitlines()) > len(rep.kernels)
+
+
+def test_inspect_json(fixtures_dir, capsys):
+    path = fixtures_dir / "ort_artifacts/mlp/legacy/training_model.onnx"
+    assert main(["inspect", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "ort-artifacts"
+    assert doc["total"]["bytes"] == sum(k["bytes"] for k in doc["kernels"])
+    assert doc["ratio"] == pytest.approx(doc["total"]["bytes"] / doc["bound_bytes"], rel=1e-5)
+    gemm = next(k for k in doc["kernels"] if k["op"] == "Gemm")
+    assert gemm["flops"] > 0 and {"id", "bytes_read", "bytes_written", "intensity"} <= gemm.keys()
+
+
+def test_inspect_top(fixtures_dir, capsys):
+    path = fixtures_dir / "ort_artifacts/bert_layer_base/legacy16/train_step_adamw.onnx"
+    assert main(["inspect", str(path), "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "(top 5 kernels by bytes moved)" in out
+
+
+def test_ops_lists_claimed_ops(capsys):
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    assert "MatMul" in out and "com.microsoft" in out and "AdamW" in out
+
+
+def test_parse_bindings():
+    assert parse_bindings(["batch=8", " seq = 128"]) == {"batch": 8, "seq": 128}
