@@ -238,7 +238,7 @@ def _add_containers(g: Graph, model: ModelProto, types: dict, path: str | None, 
                                       roles.get(n, Role.CONSTANT)))
             continue
         t = types.get(n)
-        if t is None or "?" in t[1]:
+        if t is None:
             raise ShapeError(f"cannot infer the type and shape of value '{n}'", _producer_ref(gp, n),
                              hint="Add value_info for it or re-export the model with shapes", path=path)
         g.add_container(Container(n, t[1], t[0], roles.get(n, Role.TRANSIENT)))
