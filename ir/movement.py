@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ir import expr as E
+from ir import lowering
 from ir.containers import Container
 from ir.errors import ShapeError
 from ir.graph import Graph
@@ -171,10 +172,6 @@ def _signature(graph: Graph, node: OpNode) -> str:
 
 def _expansion_estimate(graph: Graph, node: OpNode) -> Estimate | None:
     """FLOPs/accesses of the op's map expansion (cached by op signature), or None."""
-    try:
-        from ir import lowering
-    except ImportError:
-        return None
     key = _signature(graph, node)
     if key not in _EXPANSION_CACHE:
         if lowering.can_expand(graph, node) is not None:

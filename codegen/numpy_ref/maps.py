@@ -162,7 +162,8 @@ def _store(arr: np.ndarray, key: tuple, val: np.ndarray, mem: Memlet, scope: _Sc
         axes = tuple(k for k in range(len(full)) if k not in used)
         red = ufunc.reduce(val, axis=axes, keepdims=True) if axes else val
         if key:
-            arr[key] = ufunc(arr[key], red)
+            cur = arr[key]
+            arr[key] = ufunc(cur, red.reshape(np.shape(cur)) if red.size == np.size(cur) else red)
         else:
             arr[...] = ufunc(arr, red.reshape(arr.shape) if red.size == arr.size else red)
         return

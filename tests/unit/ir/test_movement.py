@@ -79,3 +79,50 @@ def test_report_total_is_the_sum_of_kernels(bert):
     assert rep.ratio == pytest.approx(rep.total.bytes / rep.bound_bytes)
     # ANCHORS.md counts 1,834 MB op by op for this graph (it also charges Shape/Size for their input)
     assert rep.total.bytes == pytest.approx(1834e6, rel=0.005)
+
+
+# --- ops whose FLOPs come from their expansion into a map (ir/lowering) ------------------------
+# FLOP convention: every operation in a tasklet expression counts 1 (exp, erf and sqrt included),
+# a wcr update counts 1, times the iterations of the tasklet's enclosing maps.
+
+def test_add_flops_one_per_element(bert):
+    e = kernel_estimate(bert, bert.node("/layer/attention/self/query/Add"))
+    assert e.flops == B * L * H                               # one add per output element
+    assert e.accesses == B * L * H + B * L * H + B * L * H    # bias per access, activation, output
+
+
+def test_softmax_bytes_and_flops(bert):
+    e = kernel_estimate(bert, bert.node("/layer/attention/self/Softmax"))
+    rows, n = B * NH * L, L
+    assert e.bytes_read == rows * n * F32 and e.bytes_written == rows * n * F32
+    # two-pass: max (1 wcr per element); sum of exp(x - max): sub, exp, wcr add (3); exp(x - max) / sum (3)
+    assert e.flops == rows * (1 * n + 3 * n + 3 * n)
+
+
+def test_layernorm_bytes_and_flops(bert):
+    node = bert.node("/layer/attention/output/LayerNorm/Mul/LayerNormFusion/")
+    e = kernel_estimate(bert, node)
+    rows = B * L
+    assert e.bytes_read == (rows * H + H + H) * F32                 # x, scale, bias
+    assert e.bytes_written == (rows * H + rows + rows) * F32        # y, saved mean, saved inv std
+    # Σx (H wcr adds); mean = Σ/H (1); d = x - mean, Σ d*d (sub, mul, wcr add: 3H);
+    # inv_std = 1/sqrt(var/H + eps) (div, add, sqrt, recip: 4); y = d*inv_std*scale + bias (4H)
+    assert e.flops == rows * (H + 1 + 3 * H + 4 + 4 * H)
+
+
+def test_gelu_bytes_and_flops(bert):
+    e = kernel_estimate(bert, bert.node("Gelu"))
+    n = B * L * FF
+    assert e.bytes_read == n * F32 and e.bytes_written == n * F32
+    # 0.5 * x * (1 + erf(x * 1/sqrt(2))): mul, erf, add, mul, mul
+    assert e.flops == 5 * n
+
+
+def test_op_level_and_expanded_figures_agree(bert):
+    from ir import lowering
+    g = bert.clone()
+    before = {k.node_id: k.estimate for k in report(g).kernels}
+    for ident in ("/layer/attention/self/Softmax", "Gelu", "/layer/attention/self/query/Add"):
+        m = lowering.expand_node(g, ident)
+        after = kernel_estimate(g, m)
+        assert after == before[ident], ident
