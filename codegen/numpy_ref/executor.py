@@ -101,9 +101,9 @@ def _run_op(graph: Graph, node: OpNode, env) -> dict[str, np.ndarray]:
         except KeyError:
             shapes.append(None)
         dts.append(dtypes.to_numpy(c.dtype) if c else None)
-    ctx = OpContext(opset=graph.opsets.get(node.domain, node.opset) if node.domain else node.opset,
-                    n_outputs=len(node.outputs), output_shapes=tuple(shapes), output_dtypes=tuple(dts),
-                    label=node.id)
+    ctx = OpContext(opset=node.opset, n_outputs=len(node.outputs), output_shapes=tuple(shapes),
+                    output_dtypes=tuple(dts), label=node.id,
+                    extra={"impl": node.impl} if node.impl != "default" else {})
     res = fn(ins, node.attrs, ctx)
     out = {}
     for m, val in zip(node.outputs, res):

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .contraction import contract
 from .registry import Inputs, OpContext, kernel
 
 
@@ -82,7 +83,7 @@ def _wide(x: np.ndarray) -> np.ndarray:
 @kernel("MatMul")
 def matmul(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
     a, b = np.asarray(inputs[0]), np.asarray(inputs[1])
-    return [np.matmul(_wide(a), _wide(b)).astype(a.dtype, copy=False)]
+    return [contract(_wide(a), _wide(b), ctx.extra.get("impl", "blas")).astype(a.dtype, copy=False)]
 
 
 @kernel("MatMulInteger")
@@ -100,7 +101,7 @@ def gemm(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarr
     a, b = np.asarray(inputs[0]), np.asarray(inputs[1])
     a = a.T if attrs.get("transA", 0) else a
     b = b.T if attrs.get("transB", 0) else b
-    y = attrs.get("alpha", 1.0) * np.matmul(a, b)
+    y = attrs.get("alpha", 1.0) * contract(a, b, ctx.extra.get("impl", "blas"))
     if len(inputs) > 2 and inputs[2] is not None:
         y = y + attrs.get("beta", 1.0) * np.asarray(inputs[2])
     return [y.astype(inputs[0].dtype)]
@@ -136,10 +137,34 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str,
     return y.astype(x.dtype)
 
 
+def conv_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any]
+                ) -> np.ndarray:
+    """N-d grouped convolution without a window buffer: one contraction per kernel offset."""
+    kshape = tuple(attrs.get("kernel_shape") or w.shape[2:])
+    out, pb, pe = window_geometry(x.shape[2:], kshape, attrs)
+    strides, dil, _ = _spatial_attrs(attrs, len(out), kshape)
+    n, c = x.shape[:2]
+    g, m = attrs.get("group", 1), w.shape[0]
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(max(a, 0), max(e, 0) + s) for a, e, s in zip(pb, pe, strides)])
+    wg = w.reshape((g, m // g, c // g) + kshape)
+    y = np.zeros((n, g, m // g) + tuple(out), dtype=np.result_type(x, w))
+    for offs in itertools.product(*(range(k) for k in kshape)):
+        window = tuple(slice(o * d, o * d + (size - 1) * st + 1, st)
+                       for o, d, size, st in zip(offs, dil, out, strides))
+        xs = xp[(slice(None), slice(None)) + window].reshape((n, g, c // g) + tuple(out))
+        y += np.einsum("gmc,ngc...->ngm...", wg[(Ellipsis,) + offs], xs)
+    y = y.reshape((n, m) + tuple(out))
+    if b is not None:
+        y = y + b.reshape([1, m] + [1] * len(out))
+    return y.astype(x.dtype)
+
+
 @kernel("Conv")
 def conv(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
     b = inputs[2] if len(inputs) > 2 else None
-    return [conv_nd(np.asarray(inputs[0]), np.asarray(inputs[1]), b, attrs)]
+    impl = ctx.extra.get("impl", "im2col")
+    fn = conv_direct if impl == "direct" else conv_nd
+    return [fn(np.asarray(inputs[0]), np.asarray(inputs[1]), b, attrs)]
 
 
 def _convt_pads(x_sp: tuple[int, ...], kshape: tuple[int, ...], attrs: dict[str, Any]

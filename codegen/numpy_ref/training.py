@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .contraction import contract
 from .elementwise import erf, gelu, sigmoid
 from .linalg import gather_windows, window_geometry
 from .nn import batch_norm_train, layer_norm
@@ -401,5 +402,6 @@ def fused_matmul(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[
                         bool(attrs.get("transBatchA", 0)))
     eb = _fused_operand(b, bool(attrs.get("transB", 0)) and b.ndim > 1,
                         bool(attrs.get("transBatchB", 0)))
-    y = attrs.get("alpha", 1.0) * np.matmul(ea.astype(np.float64), eb.astype(np.float64))
+    y = attrs.get("alpha", 1.0) * contract(ea.astype(np.float64), eb.astype(np.float64),
+                                           ctx.extra.get("impl", "blas"))
     return [_like(y, a)]

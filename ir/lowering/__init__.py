@@ -28,6 +28,7 @@ from __future__ import annotations
 from ir.errors import GraphError, PreconditionError, describe_node
 from ir.graph import Graph
 from ir.lowering.builder import KernelBuilder, NotExpandable
+from ir.lowering.library import LIBRARY_IMPLS, library_impls  # noqa: F401
 from ir.lowering.registry import EXPANSIONS, LIBRARY_REASONS, Expansion, expansion, lookup
 from ir.maps import finalize
 from ir.nodes import MapNode, OpNode
@@ -37,9 +38,10 @@ from ir.lowering import (  # noqa: F401  (the family modules fill EXPANSIONS)
 
 
 def impls(node: OpNode) -> tuple[str, ...]:
-    """The implementation choices of ``node``'s expansion (first = default); () if none."""
+    """The implementation choices of ``node`` (first = default): of its expansion, or of the
+    library call for MatMul/Gemm/FusedMatMul/Conv (``library.LIBRARY_IMPLS``); () if none."""
     rule = lookup(node.domain, node.op_type) if isinstance(node, OpNode) else None
-    return rule.impls if rule is not None else ()
+    return rule.impls if rule is not None else library_impls(node)
 
 
 def _resolve_impl(rule: Expansion, node: OpNode, impl: str | None, graph: Graph) -> str:
