@@ -51,7 +51,7 @@ def map_to_text(m: MapNode, indent: str = "") -> list[str]:
     params = ", ".join(f"{p}={r.to_text()}" for p, r in m.params)
     head = f"{indent}%{m.id} = map[{params}] {{" if not indent else f"{indent}map[{params}] {{"
     lines = [head]
-    inner = indent + "  " if indent else "  "
+    inner = indent + "  "
     for name, c in m.locals.items():
         lines.append(f"{inner}local {name}: {c.dtype}{_shape(c.shape)}")
     for b in m.body:
@@ -63,7 +63,7 @@ def map_to_text(m: MapNode, indent: str = "") -> list[str]:
     if not indent:
         ins = ", ".join(x.to_text() for x in m.inputs)
         outs = ", ".join(x.to_text() for x in m.outputs)
-        lines.append(f"  # reads {ins}; writes {outs}")
+        lines.append(f"# reads {ins}; writes {outs}")
     return lines
 
 
@@ -83,6 +83,5 @@ def to_text(graph: Graph, *, containers: bool = True) -> str:
     lines.append("  inputs " + ", ".join(graph.inputs))
     lines.append("  outputs " + ", ".join(graph.outputs))
     for n in graph.nodes.values():
-        for line in node_to_text(n).splitlines():
-            lines.append("  " + line if not line.startswith("  ") else line)
+        lines.extend("  " + line for line in node_to_text(n).splitlines())
     return "\n".join(lines) + "\n"
