@@ -10,6 +10,7 @@ without calling ``graph.rewire(node)`` afterwards.
 from __future__ import annotations
 
 import copy
+import heapq
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -184,7 +185,6 @@ class Graph:
         for node in self.nodes.values():
             for p in self.predecessors(node):
                 indeg[node.id] += 1
-        import heapq
         ready = [(order[i], i) for i, d in indeg.items() if d == 0]
         heapq.heapify(ready)
         out: list[ComputeNode] = []
@@ -201,6 +201,18 @@ class Graph:
             raise GraphError("the graph has a cycle", stuck[0], self,
                              hint="A node (transitively) consumes its own output; remove the cycle")
         return out
+
+    def splice(self, remove: Iterable[str], add: Iterable[ComputeNode]) -> None:
+        """Remove nodes ``remove``, add ``add``, and restore a topological order of ``nodes``."""
+        for ident in remove:
+            self.remove_node(ident)
+        for node in add:
+            self.add_node(node)
+        self.sort()
+
+    def sort(self) -> None:
+        """Reorder ``nodes`` topologically (stable w.r.t. the current order)."""
+        self.nodes = {n.id: n for n in self.topo_order()}
 
     def kernels(self) -> list[ComputeNode]:
         """Top-level ops and maps: one launch each."""

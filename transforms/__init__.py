@@ -1,1 +1,29 @@
-"""Transformations over the dcstudio IR: registry, matching, history and replay, one transformation per file, autodiff/."""
+"""Transformations over the dcstudio IR.
+
+Package map (data flow: ``Graph`` + ``Match`` → ``engine.apply`` → ``Application`` →
+``history.Step`` → JSON file → ``replay``):
+
+- ``base.py``       Match, MatchResult/``fail``, Touched, Application, the Transformation base
+- ``registry.py``   ``TRANSFORMATIONS`` (name → class), ``@register``, ``create(name, params)``
+- ``engine.py``     ``apply`` (check → rewrite → verify, Δ-estimate), ``preview`` (diff on a clone),
+                    ``ranked`` (matches by predicted bytes saved, with why-not reasons)
+- ``scopes.py``     editing map scopes (copy/rename bodies, find accesses)
+- ``fusion.py``     the fusion operations (point fusion, producer inlining, consumer absorption)
+- ``history.py``    the history value and its JSON file format; ``replay.py`` replays one
+- ``<name>.py``     one transformation each (file stem = registry name), listed below
+- ``autodiff/``     training-graph generation (gradient rules, losses, optimizers)
+
+Levels: 1 operator (expand, select_impl), 2 fusion, 3 layout and constants, 4 global.
+"""
+from __future__ import annotations
+
+import importlib
+
+TRANSFORMATION_MODULES = sorted([
+    "expand",
+    "map_fusion",
+    "select_impl",
+])
+
+for _name in TRANSFORMATION_MODULES:
+    importlib.import_module(f"transforms.{_name}")

@@ -1,0 +1,147 @@
+"""Preparing a forward model for differentiation: ``prepare_forward(model, options)``.
+
+1. bring the default-domain opset to >= 17 (``onnx.version_converter``) and refuse
+   other domains (the training graph must be standard ONNX);
+2. copy the nodes and make the values the backward pass reads explicit outputs:
+   Dropout's ``mask``, MaxPool's ``Indices``, LayerNormalization's ``Mean`` and
+   ``InvStdDev`` (float32 inputs only, where the stash type matches); set
+   BatchNormalization to training mode (batch statistics) or to inference mode, as
+   ``options.batchnorm`` says;
+3. infer static types on a light copy (large initializers replaced by typed inputs);
+4. split the initializers into candidate parameters (float) and frozen constants.
+Initializer tensors are shared with the input model, never copied here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnx import ModelProto, NodeProto, TensorProto, helper, shape_inference, version_converter
+
+from ir.errors import ModelImportError, UnsupportedOpError
+from transforms.autodiff.constants import ConstantValues
+from transforms.autodiff.emitter import FLOAT_ELEMS, ValueType
+from transforms.autodiff.options import OptionError, TrainingOptions
+
+MIN_OPSET = 17
+_SMALL_INIT = 1024   # initializers up to this many elements stay constant for shape inference
+
+
+@dataclass(slots=True)
+class Forward:
+    """The prepared forward model (see module docstring)."""
+
+    model: ModelProto
+    nodes: list[NodeProto]
+    opset: int
+    types: dict[str, ValueType]
+    data_inputs: list
+    initializers: dict[str, TensorProto]
+    prediction: str
+
+    def float_initializers(self) -> list[str]:
+        return [n for n, t in self.initializers.items() if t.data_type in FLOAT_ELEMS]
+
+    def constants(self, trainable: set[str]) -> ConstantValues:
+        frozen = {n: t for n, t in self.initializers.items() if n not in trainable}
+        return ConstantValues(self.model.graph, frozen, self.types, self.opset)
+
+
+def default_opset(model: ModelProto) -> int:
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            return int(op.version)
+    return 1
+
+
+def prepare_forward(model: ModelProto, options: TrainingOptions) -> Forward:
+    """See the module docstring."""
+    if default_opset(model) < MIN_OPSET:
+        model = version_converter.convert_version(model, MIN_OPSET)
+    opset = default_opset(model)
+    g = model.graph
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOpError(node.op_type, node, domain=node.domain)
+    inits = {t.name: t for t in g.initializer}
+    outputs = [o.name for o in g.output]
+    prediction = options.output or (outputs[0] if outputs else "")
+    if prediction not in outputs:
+        raise OptionError(f"option output={options.output!r} is not a graph output of the forward model "
+                          f"(outputs: {outputs})")
+    nodes = [_prepared(node, options.batchnorm) for node in g.node]
+    work = ModelProto()
+    work.ir_version = model.ir_version
+    work.opset_import.extend(model.opset_import)
+    work.graph.name = g.name
+    work.graph.node.extend(nodes)
+    work.graph.input.extend(g.input)
+    work.graph.output.extend(g.output)
+    types = _infer_types(work, inits)
+    data = [vi for vi in g.input if vi.name not in inits]
+    return Forward(work, list(work.graph.node), opset, types, data, inits, prediction)
+
+
+def _prepared(node: NodeProto, batchnorm: str) -> NodeProto:
+    out = NodeProto()
+    out.CopyFrom(node)
+    base = out.output[0]
+    if out.op_type == "Dropout" and len(out.output) < 2:
+        out.output.append(f"{base}.mask")
+    elif out.op_type == "MaxPool" and len(out.output) < 2:
+        out.output.append(f"{base}.indices")
+        _set_attr(out, "storage_order", 0)
+    elif out.op_type == "LayerNormalization" and len(out.output) < 3:
+        while len(out.output) < 3:
+            out.output.append(f"{base}.{('mean', 'inv_std_dev')[len(out.output) - 1]}")
+    elif out.op_type == "BatchNormalization":
+        _set_attr(out, "training_mode", 1 if batchnorm == "train" else 0)
+        if batchnorm == "train":
+            while len(out.output) < 3:
+                out.output.append(f"{base}.{('running_mean', 'running_var')[len(out.output) - 1]}")
+        else:
+            del out.output[1:]
+    return out
+
+
+def _set_attr(node: NodeProto, name: str, value: int) -> None:
+    for a in node.attribute:
+        if a.name == name:
+            node.attribute.remove(a)
+            break
+    node.attribute.append(helper.make_attribute(name, value))
+
+
+def _infer_types(work: ModelProto, inits: dict[str, TensorProto]) -> dict[str, ValueType]:
+    light = ModelProto()
+    light.CopyFrom(work)
+    declared = {vi.name for vi in light.graph.input}
+    for name, t in inits.items():
+        if _numel(t) <= _SMALL_INIT:
+            light.graph.initializer.append(t)
+        elif name not in declared:
+            light.graph.input.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
+    try:
+        inferred = shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - onnx raises several types; all mean "inconsistent model"
+        raise ModelImportError(f"shape inference failed on the forward model: {e}",
+                               hint="Check the model with onnx.checker") from None
+    types: dict[str, ValueType] = {}
+    for name, t in inits.items():
+        types[name] = (t.data_type, tuple(int(d) for d in t.dims))
+    gi = inferred.graph
+    for vi in list(gi.input) + list(gi.value_info) + list(gi.output):
+        tt = vi.type.tensor_type
+        if vi.name in types or not vi.type.HasField("tensor_type"):
+            continue
+        shape = None
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shape = tuple(int(d.dim_value) for d in tt.shape.dim)
+        types[vi.name] = (tt.elem_type, shape)
+    return types
+
+
+def _numel(t: TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    return n

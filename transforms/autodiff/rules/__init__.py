@@ -1,0 +1,24 @@
+"""Gradient rules, one file per op family; importing this package fills ``GRADIENTS``.
+
+- ``arithmetic``: Add Sub Mul Div Pow Neg Sqrt Reciprocal Exp Log Abs Sin Cos Sum Mean
+- ``activation``: Tanh Sigmoid Relu LeakyRelu Gelu Erf HardSigmoid HardSwish Softmax LogSoftmax Softplus Clip
+- ``contraction``: MatMul Gemm;  ``conv``: Conv
+- ``normalization``: BatchNormalization LayerNormalization
+- ``pooling``: MaxPool AveragePool GlobalAveragePool
+- ``reduction``: ReduceSum ReduceMean ReduceSumSquare
+- ``movement``: Reshape Flatten Squeeze Unsqueeze Transpose Expand Tile Identity Cast CastLike
+- ``indexing``: Concat Split Slice Gather Where
+- ``dropout``: Dropout
+"""
+from transforms.autodiff.rules import (  # noqa: F401  (sorted; each import registers its rules)
+    activation,
+    arithmetic,
+    contraction,
+    conv,
+    dropout,
+    indexing,
+    movement,
+    normalization,
+    pooling,
+    reduction,
+)

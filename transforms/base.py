@@ -1,0 +1,127 @@
+"""The vocabulary of transformations: matches, check results, applications, the base class.
+
+A transformation is a frozen dataclass whose fields are its parameters (they go
+into history files as JSON). It has a registry ``name``, a ``level`` (1 operator,
+2 fusion, 3 layout and constants, 4 global) and three methods:
+
+- ``matches(graph, within)`` yields ``Match``es (``within``: node ids to look at);
+- ``check(graph, match)`` returns ``OK`` or ``fail(reason, *node_ids)``;
+- ``rewrite(graph, match, step)`` edits the graph and returns ``Touched``:
+  the ids it created, removed and changed (all within ``affected``).
+
+``transforms.engine`` wraps these with verification and the Δ-estimate; never
+call ``rewrite`` directly.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Iterator
+
+from ir.graph import Graph
+from ir.movement import Estimate
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Where a transformation applies: its anchor node ids (the history records them)."""
+
+    transformation: str
+    anchors: tuple[str, ...]
+    label: str = ""
+
+    def to_json(self) -> dict:
+        return {"transformation": self.transformation, "anchors": list(self.anchors), "label": self.label}
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """``ok``, or the reason a match does not apply, naming the nodes involved."""
+
+    ok: bool
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+OK = MatchResult(True)
+
+
+def fail(reason: str, *node_ids: str) -> MatchResult:
+    """A failed check: ``reason`` should name the nodes (ids are attached for the GUI too)."""
+    return MatchResult(False, reason, tuple(node_ids))
+
+
+@dataclass(frozen=True, slots=True)
+class Touched:
+    """What a rewrite did, by node id."""
+
+    created: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Application:
+    """The record of one applied transformation (a history step plus its effect)."""
+
+    transformation: str
+    params: dict[str, Any]
+    anchors: tuple[str, ...]
+    created: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+    delta: Estimate
+    step: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def bytes_saved(self) -> int:
+        return -self.delta.bytes
+
+    def to_json(self) -> dict:
+        return {"transformation": self.transformation, "params": self.params, "anchors": list(self.anchors),
+                "created": list(self.created), "removed": list(self.removed), "changed": list(self.changed),
+                "delta": self.delta.to_json(), "step": self.step, "extra": self.extra}
+
+
+class Transformation:
+    """Base class; subclasses are ``@register``ed frozen dataclasses (see module docstring)."""
+
+    name: ClassVar[str] = ""
+    level: ClassVar[int] = 0
+
+    @classmethod
+    def instances(cls) -> list["Transformation"]:
+        """The parameter choices offered to users (default: the default parameters)."""
+        return [cls()]
+
+    def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
+        raise NotImplementedError
+
+    def check(self, graph: Graph, match: Match) -> MatchResult:
+        raise NotImplementedError
+
+    def affected(self, graph: Graph, match: Match) -> tuple[str, ...]:
+        """Node ids a rewrite may remove or change (default: the anchors)."""
+        return match.anchors
+
+    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
+        raise NotImplementedError
+
+    def params(self) -> dict[str, Any]:
+        """The parameters as JSON data (dataclass fields)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} if dataclasses.is_dataclass(self) else {}
+
+    def match(self, *anchors: str, label: str = "") -> Match:
+        return Match(self.name, tuple(anchors), label)
+
+
+def scope(graph: Graph, within: Iterable[str] | None):
+    """The compute nodes to look at: all, or those whose ids are in ``within``."""
+    if within is None:
+        return list(graph.nodes.values())
+    wanted = set(within)
+    return [n for n in graph.nodes.values() if n.id in wanted]

@@ -1,0 +1,111 @@
+"""``map_fusion`` (level 2): fuse a producer map into its consumer map over the same space.
+
+Before → after (bias add then GELU, both expanded)::
+
+    %add = map[i0=0:8, i1=0:128, i2=0:3072] { h[i0, i1, i2] = x[i0, i1, i2] + b[i2] }
+    %gelu = map[j0=0:8, j1=0:128, j2=0:3072] { y[j0, j1, j2] = 0.5 * h[j0, j1, j2] * (1 + erf(…)) }
+    →
+    %fused:add = map[i0=0:8, i1=0:128, i2=0:3072] {
+      local _h
+      _h = x[i0, i1, i2] + b[i2]
+      y[i0, i1, i2] = 0.5 * _h * (1 + erf(…))
+    }
+
+Algebra: for every point p, C(P(p)) computed in one iteration — valid when C reads
+``h`` only at the point P writes it. ``h`` becomes a local (0 bytes) unless other
+kernels read it or it is a graph output, in which case it is still stored.
+Saves ``2 × bytes(h)`` (one write, one read) when ``h`` dies, plus the re-reads of
+operands the two maps share.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Iterator
+
+from ir.graph import Graph
+from ir.nodes import MapNode
+from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
+from transforms.fusion import FusionError, creates_cycle, fuse_point
+from transforms.registry import register
+
+
+def fused_id(graph: Graph, producer_id: str) -> str:
+    """Deterministic id of a fused kernel: ``fused:<first kernel's base id>``."""
+    base = producer_id[len("fused:"):] if producer_id.startswith("fused:") else producer_id
+    return "fused:" + base
+
+
+def edges(graph: Graph, within: Iterable[str] | None):
+    """(producer map, consumer map, container) for every map→map dataflow edge in scope."""
+    wanted = None if within is None else set(within)
+    for c in scope(graph, None):
+        if not isinstance(c, MapNode):
+            continue
+        for mem in c.inputs:
+            p = graph.producer(mem.container)
+            if isinstance(p, MapNode) and p.id != c.id and (wanted is None or p.id in wanted or c.id in wanted):
+                yield p, c, mem.container
+
+
+@register
+@dataclass(frozen=True)
+class MapFusion(Transformation):
+    name: ClassVar[str] = "map_fusion"
+    level: ClassVar[int] = 2
+
+    def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
+        seen = set()
+        for p, c, _ in edges(graph, within):
+            if (p.id, c.id) not in seen:
+                seen.add((p.id, c.id))
+                yield self.match(p.id, c.id, label=f"fuse {p.label} → {c.label}")
+
+    def _plan(self, graph: Graph, match: Match) -> tuple[MapNode, MapNode, str] | MatchResult:
+        if len(match.anchors) != 2:
+            return fail("map_fusion needs two anchors (producer, consumer)")
+        p, c = (graph.nodes.get(a) for a in match.anchors)
+        for ident, node in zip(match.anchors, (p, c)):
+            if node is None:
+                return fail(f"no node '{ident}'", ident)
+            if not isinstance(node, MapNode):
+                return fail(f"'{ident}' is a library node, not a map; expand it first", ident)
+        shared = [m.container for m in c.inputs if graph.producer(m.container) is p]
+        if not shared:
+            return fail(f"'{c.id}' reads nothing that '{p.id}' writes", p.id, c.id)
+        if len(shared) > 1:
+            return fail(f"'{c.id}' reads several results of '{p.id}' ({', '.join(shared)})", p.id, c.id)
+        if creates_cycle(graph, p.id, c.id):
+            return fail(f"'{c.id}' also depends on '{p.id}' through another kernel; fusing would "
+                        "create a cycle", p.id, c.id)
+        return p, c, shared[0]
+
+    def check(self, graph: Graph, match: Match) -> MatchResult:
+        plan = self._plan(graph, match)
+        if isinstance(plan, MatchResult):
+            return plan
+        p, c, container = plan
+        try:
+            fuse_point(graph, p, c, container, fused_id(graph, p.id))
+        except FusionError as e:
+            return fail(str(e), p.id, c.id)
+        return OK
+
+    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
+        p, c, container = self._plan(graph, match)
+        graph.remove_node(p.id)
+        graph.remove_node(c.id)
+        new_id = graph.ids.claim(fused_id(graph, p.id))
+        graph.ids.release(new_id)
+        fused = fuse_point(graph, p, c, container, new_id)
+        fused.provenance = (self.name, step)
+        graph.splice((), (fused,))
+        if container not in graph.outputs and not graph.consumers(container) and graph.producer(container) is None:
+            graph.remove_container(container)
+        return _touched(match, fused.id)
+
+
+def _touched(match: Match, new_id: str) -> Touched:
+    removed = tuple(a for a in match.anchors if a != new_id)
+    changed = (new_id,) if new_id in match.anchors else ()
+    created = () if changed else (new_id,)
+    return Touched(created=created, removed=removed, changed=changed)
