@@ -236,3 +236,28 @@ def report(graph: Graph, kernels: Iterable | None = None) -> Report:
 
 __all__ = ["Estimate", "KernelFigures", "Report", "kernel_estimate", "library_flops", "lower_bound",
            "report"]
+
+
+class Ledger:
+    """Per-kernel figures kept up to date incrementally (only touched kernels are recounted)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.kernels: dict[str, Estimate] = {n.id: kernel_estimate(graph, n) for n in graph.nodes.values()}
+        self.total = sum(self.kernels.values(), Estimate())
+
+    def update(self, removed: Iterable[str], changed: Iterable[str], created: Iterable[str]) -> Estimate:
+        """Recount only the touched kernels; return the change of the total."""
+        before = self.total
+        for ident in list(removed) + list(changed):
+            self.total = self.total - self.kernels.pop(ident)
+        for ident in list(changed) + list(created):
+            est = kernel_estimate(self.graph, self.graph.nodes[ident])
+            self.kernels[ident] = est
+            self.total = self.total + est
+        return self.total - before
+
+    def copy(self) -> "Ledger":
+        new = Ledger.__new__(Ledger)
+        new.graph, new.kernels, new.total = self.graph, dict(self.kernels), self.total
+        return new

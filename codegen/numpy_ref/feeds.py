@@ -1,0 +1,56 @@
+"""Deterministic inputs for checking a graph numerically (replay ``--check``, exported ``--check``).
+
+Floats are small normal values, optimizer moments non-negative, ``learning_rate``
+1e-3 and ``step`` 1, integer inputs 0/1 (valid class ids and masks), booleans
+random. The same seed gives the same feeds in any process.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ir.containers import Role
+from ir.dtypes import to_numpy
+from ir.graph import Graph
+
+
+def feeds_for(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        if name in graph.values:
+            continue
+        c = graph.containers[name]
+        shape = c.concrete_shape(graph.bindings)
+        dt = to_numpy(c.dtype)
+        if name == "learning_rate":
+            feeds[name] = np.full(shape, 1e-3, dt)
+        elif name == "step":
+            feeds[name] = np.full(shape, 1, dt)
+        elif dt == np.bool_:
+            feeds[name] = rng.random(shape) < 0.9
+        elif dt.kind in "iu":
+            feeds[name] = rng.integers(0, 2, shape).astype(dt)
+        elif c.role is Role.OPTIMIZER_STATE:
+            feeds[name] = (np.abs(rng.standard_normal(shape)) * 1e-3).astype(dt)
+        else:
+            feeds[name] = (rng.standard_normal(shape) * 0.5).astype(dt)
+    return feeds
+
+
+def compare(before: dict[str, np.ndarray], after: dict[str, np.ndarray], rtol: float) -> list[str]:
+    """Outputs that differ by more than ``rtol`` × the output's largest magnitude (names + error)."""
+    problems = []
+    for name, ref in before.items():
+        got = after.get(name)
+        if got is None:
+            problems.append(f"{name}: missing")
+            continue
+        ref64, got64 = np.asarray(ref, np.float64), np.asarray(got, np.float64)
+        if ref64.shape != got64.shape:
+            problems.append(f"{name}: shape {got64.shape} != {ref64.shape}")
+            continue
+        scale = max(float(np.abs(ref64).max(initial=0.0)), 1e-30)
+        err = float(np.abs(ref64 - got64).max(initial=0.0)) / scale
+        if not err <= rtol:
+            problems.append(f"{name}: relative error {err:.3g} > {rtol:g}")
+    return problems

@@ -1,0 +1,139 @@
+"""``dcstudio replay MODEL HISTORY``: replay a history headless, for CI.
+
+Exit codes: 0 ok; 1 a numeric mismatch (``--check``/``--check-each``), a bytes
+regression against ``--baseline``, or a step whose bytes exceed its recorded
+``expect.bytes_after``; 2 bad input or a step that cannot be replayed (the
+message names the step, the transformation and the reason). Reports are written
+only when the replay ran (atomically). The model file is only ever read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from codegen.numpy_ref.executor import run
+from codegen.numpy_ref.feeds import compare, feeds_for
+from ir.errors import StudioError
+from ir.onnx_import import import_model
+from studio.reports import dump_json, junit_xml, report_json, write_atomic
+from transforms.history import check_model, load
+from transforms.replay import StepReport, replay
+
+
+def parse_tolerance(text: str) -> float:
+    t = text.strip()
+    try:
+        return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise StudioError(f"--tolerance expects a number or a percentage like 5%, got {text!r}") from None
+
+
+def _baseline_bytes(path: str) -> int:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        return int(doc["summary"]["bytes_after"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise StudioError(f"baseline {path}: not a dcstudio replay report ({type(e).__name__}: {e})") from None
+
+
+class _Progress:
+    """A rich progress bar on stderr (nothing with --quiet)."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.bar = None
+        if not quiet and total:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            self.bar = Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[info]}"), transient=True, console=Console(stderr=True))
+            self.task = self.bar.add_task("replay", total=total, info="")
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.__exit__(*exc)
+
+    def step(self, rep: StepReport) -> None:
+        if self.bar:
+            self.bar.update(self.task, advance=1, info=f"{rep.transformation}: {rep.bytes / 1e6:.1f} MB")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from studio.cli import parse_bindings
+    hist = load(args.history)
+    graph = import_model(args.model, bindings={**hist.bindings, **parse_bindings(args.bind)},
+                         optimizer=args.optimizer)
+    check_model(hist, graph.meta["sha256"], Path(args.model).name, path=args.history)
+    tolerance = parse_tolerance(args.tolerance)
+    baseline = _baseline_bytes(args.baseline) if args.baseline else None
+    feeds = feeds_for(graph) if args.check or args.check_each else None
+    reference = run(graph, feeds) if feeds is not None else None
+    failures: dict[int, str] = {}
+
+    def on_step(rep: StepReport) -> None:
+        progress.step(rep)
+        if rep.expected_bytes is not None and rep.bytes > rep.expected_bytes:
+            failures[rep.step] = (f"bytes regressed: {rep.bytes} > recorded {rep.expected_bytes}")
+        if args.check_each:
+            bad = compare(reference, run(graph, feeds), args.rtol)
+            if bad:
+                failures[rep.step] = "numeric mismatch: " + "; ".join(bad[:3])
+
+    with _Progress(len(hist.steps), args.quiet) as progress:
+        reports = replay(graph, hist, on_step=on_step, path=args.history)
+    if args.check and not args.check_each:
+        bad = compare(reference, run(graph, feeds), args.rtol)
+        if bad:
+            failures[reports[-1].step] = "numeric mismatch: " + "; ".join(bad[:3])
+    if baseline is not None and reports[-1].bytes > baseline * (1 + tolerance):
+        failures[reports[-1].step] = (f"bytes {reports[-1].bytes} exceed the baseline {baseline} by more than "
+                                      f"{tolerance:.1%}")
+    _write_reports(args, reports, failures)
+    _print_summary(args, reports, failures)
+    return 1 if failures else 0
+
+
+def _write_reports(args, reports, failures) -> None:
+    if args.json:
+        write_atomic(args.json, dump_json(report_json(args.model, args.history, reports, failures)))
+    if args.junit:
+        write_atomic(args.junit, junit_xml(f"replay {Path(args.history).name}", reports, failures))
+
+
+def _print_summary(args, reports: list[StepReport], failures: dict[int, str]) -> None:
+    first, last = reports[0], reports[-1]
+    out = sys.stdout
+    if not args.quiet:
+        for r in reports[1:]:
+            mark = "FAIL" if r.step in failures else "ok"
+            out.write(f"{r.step:>4}  {r.transformation:<22} {r.bytes / 1e6:>10.2f} MB  {r.delta_bytes / 1e6:>+9.2f} MB"
+                      f"  ratio {r.ratio:6.2f}x  {mark}\n")
+    red = 1 - last.bytes / first.bytes if first.bytes else 0.0
+    out.write(f"replayed {len(reports) - 1} steps: {first.bytes / 1e6:.2f} MB -> {last.bytes / 1e6:.2f} MB "
+              f"({-red:+.1%}), bound {last.bound / 1e6:.2f} MB, moved/bound {first.ratio:.2f}x -> "
+              f"{last.ratio:.2f}x, graph {last.graph_hash[:12]}\n")
+    for step, msg in sorted(failures.items()):
+        sys.stderr.write(f"dcstudio: step {step}: {msg}\n")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("replay", help="replay a history file headless (for CI)")
+    p.add_argument("model", help="the ONNX model the history was recorded on")
+    p.add_argument("history", help="a dcstudio-history JSON file")
+    p.add_argument("--check", action="store_true", help="run the reference executor before and after; compare")
+    p.add_argument("--check-each", action="store_true", help="compare outputs after every step")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --check (default 1e-4)")
+    p.add_argument("--json", metavar="REPORT", help="write a per-step JSON report")
+    p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one test case per step)")
+    p.add_argument("--baseline", metavar="B.json", help="a previous --json report; fail when bytes regress")
+    p.add_argument("--tolerance", default="0%", help="allowed regression against --baseline, e.g. 5%%")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=N", help="bind a symbolic dimension")
+    p.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: beside MODEL)")
+    p.add_argument("--quiet", action="store_true", help="no progress display, only the summary")
+    p.set_defaults(func=cmd_replay)

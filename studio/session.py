@@ -1,0 +1,254 @@
+"""The headless session: one model, its transformation history, undo/redo and live figures.
+
+A ``Session`` owns the graph, the history and the per-kernel figures (an
+incrementally updated ``Ledger``). Every applied step keeps the state after it,
+so undo, redo and ``revert_to(k)`` are pointer moves (no recomputation); applying
+after an undo drops the redo tail. Observers are plain callables
+``fn(event, payload)`` with events ``opened``, ``applied``, ``undone``, ``redone``,
+``reverted``. After every change the history is autosaved (atomically) beside the
+model, or in the user's data dir when the model's folder is read-only, so a crash
+loses nothing; ``Session.autosave_for(model)`` finds it and ``restore`` replays it.
+No Qt here: the GUI's QUndoCommands call these methods.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from ir.errors import StudioError
+from ir.graph import Graph
+from ir.memory import peak_bytes
+from ir.movement import Ledger, lower_bound
+from ir.onnx_import import import_model
+from ir.serialize import graph_hash
+from transforms import engine
+from transforms.base import Application
+from transforms.history import History, HistoryError, Step, check_model, load, save
+from transforms.registry import TRANSFORMATIONS
+from transforms.replay import apply_step
+
+Observer = Callable[[str, Any], None]
+
+
+@dataclass(frozen=True)
+class State:
+    """The graph and figures after a number of steps."""
+
+    graph: Graph
+    ledger: Ledger
+    application: Application | None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    bytes: int
+    bytes_read: int
+    bytes_written: int
+    bound: int
+    flops: int
+    kernels: int
+
+    @property
+    def ratio(self) -> float:
+        return self.bytes / self.bound if self.bound else 0.0
+
+
+def data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "dcstudio"
+
+
+class Session:
+    """See the module docstring."""
+
+    def __init__(self, graph: Graph, *, model_path: str | None = None, autosave: bool = True) -> None:
+        self.model_path = model_path
+        self.model_name = Path(model_path).name if model_path else graph.name
+        self.model_sha256 = graph.meta.get("sha256", "")
+        self.bindings = dict(graph.bindings)
+        self.training: dict | None = None
+        self._states: list[State] = [State(graph, Ledger(graph), None)]
+        self._steps: list[Step] = []
+        self._cursor = 0
+        self._observers: list[Observer] = []
+        self.autosave_enabled = autosave and model_path is not None
+        self.original_hash = graph_hash(graph)
+
+    # --- opening ----------------------------------------------------------------------
+    @classmethod
+    def open(cls, model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
+             optimizer: str | None = None, autosave: bool = True) -> "Session":
+        graph = import_model(model_path, bindings=bindings, optimizer=optimizer)
+        return cls(graph, model_path=str(model_path), autosave=autosave)
+
+    # --- state ------------------------------------------------------------------------
+    @property
+    def graph(self) -> Graph:
+        return self._states[self._cursor].graph
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._states[self._cursor].ledger
+
+    @property
+    def cursor(self) -> int:
+        """Number of steps currently applied."""
+        return self._cursor
+
+    @property
+    def steps(self) -> list[Step]:
+        """All recorded steps (applied ones first; those after ``cursor`` can be redone)."""
+        return list(self._steps)
+
+    def history(self) -> History:
+        """The applied steps as a History value."""
+        return History(self.model_sha256, self.model_name, tuple(self._steps[: self._cursor]),
+                       self.bindings, self.training)
+
+    def can_undo(self) -> bool:
+        return self._cursor > 0
+
+    def can_redo(self) -> bool:
+        return self._cursor < len(self._steps)
+
+    # --- observers --------------------------------------------------------------------
+    def subscribe(self, fn: Observer) -> Callable[[], None]:
+        self._observers.append(fn)
+        return lambda: self._observers.remove(fn)
+
+    def _emit(self, event: str, payload: Any = None) -> None:
+        for fn in list(self._observers):
+            fn(event, payload)
+
+    # --- figures ----------------------------------------------------------------------
+    def metrics(self) -> Metrics:
+        t = self.ledger.total
+        return Metrics(t.bytes, t.bytes_read, t.bytes_written, lower_bound(self.graph), t.flops,
+                       len(self.graph.nodes))
+
+    def peak_bytes(self) -> int:
+        return peak_bytes(self.graph)
+
+    def trend(self) -> list[int]:
+        """Bytes moved after 0, 1, … ``cursor`` steps (for the trend plot)."""
+        return [s.ledger.total.bytes for s in self._states[: self._cursor + 1]]
+
+    # --- matches ----------------------------------------------------------------------
+    def candidates(self, within: Iterable[str] | None = None, names: Iterable[str] | None = None):
+        """(transformation instance, match) pairs in scope."""
+        wanted = set(names) if names is not None else set(TRANSFORMATIONS)
+        ids = None if within is None else list(within)
+        for name in sorted(wanted):
+            for t in TRANSFORMATIONS[name].instances():
+                for m in t.matches(self.graph, ids):
+                    yield t, m
+
+    def matches(self, selection: Iterable[str] | None = None, viewport: Iterable[str] | None = None,
+                whole: bool = True, predict: bool = True) -> dict[str, list[engine.Ranked]]:
+        """Ranked matches grouped as 'Selection', 'Viewport' and 'Whole graph' (each once)."""
+        groups: dict[str, list[engine.Ranked]] = {}
+        seen: set[tuple] = set()
+        for label, ids in (("Selection", selection), ("Viewport", viewport), ("Whole graph", None)):
+            if ids is None and label != "Whole graph" or label == "Whole graph" and not whole:
+                continue
+            fresh = [(t, m) for t, m in self.candidates(ids) if (t.name, repr(t), m.anchors) not in seen]
+            seen.update((t.name, repr(t), m.anchors) for t, m in fresh)
+            groups[label] = engine.ranked(self.graph, fresh, predict=predict)
+        return groups
+
+    # --- editing ----------------------------------------------------------------------
+    def apply(self, name: str, anchors: Iterable[str], params: Mapping[str, Any] | None = None) -> Application:
+        """Apply a transformation at ``anchors``; undoable. Raises StudioError when it does not apply."""
+        step = Step(name, dict(params or {}), tuple(anchors))
+        return self._apply_step(step)
+
+    def _apply_step(self, step: Step) -> Application:
+        graph = self.graph.clone()
+        ledger = self.ledger.copy()
+        ledger.graph = graph
+        app = apply_step(graph, step, self._cursor + 1)
+        ledger.update(app.removed, app.changed, app.created)
+        step = Step(step.transformation, step.params, step.anchors, ledger.total.bytes)
+        del self._states[self._cursor + 1:]
+        del self._steps[self._cursor:]
+        self._states.append(State(graph, ledger, app))
+        self._steps.append(step)
+        self._cursor += 1
+        self._autosave()
+        self._emit("applied", app)
+        return app
+
+    def undo(self) -> None:
+        if not self.can_undo():
+            raise StudioError("nothing to undo")
+        self._cursor -= 1
+        self._autosave()
+        self._emit("undone", self._cursor)
+
+    def redo(self) -> Application:
+        if not self.can_redo():
+            raise StudioError("nothing to redo")
+        self._cursor += 1
+        self._autosave()
+        app = self._states[self._cursor].application
+        self._emit("redone", app)
+        return app
+
+    def revert_to(self, k: int) -> None:
+        """Go to the state after ``k`` steps (0 = the imported graph); later steps stay redoable."""
+        if not 0 <= k <= len(self._steps):
+            raise StudioError(f"no step {k} (the history has {len(self._steps)} steps)")
+        self._cursor = k
+        self._autosave()
+        self._emit("reverted", k)
+
+    # --- history files ----------------------------------------------------------------
+    def save_history(self, path: str | os.PathLike) -> None:
+        save(self.history(), path)
+
+    def load_history(self, path: str | os.PathLike, on_step: Callable[[int, int], None] | None = None) -> int:
+        """Replay a history file onto the current graph as undoable steps; returns steps applied.
+        On a failing step the steps before it stay applied and the error names the step."""
+        hist = load(path)
+        check_model(hist, self.model_sha256, self.model_name, path=str(path))
+        if hist.bindings and hist.bindings != self.bindings:
+            raise HistoryError(f"it binds {hist.bindings}, the session {self.bindings}", path=str(path))
+        for k, step in enumerate(hist.steps, start=1):
+            try:
+                self._apply_step(Step(step.transformation, step.params, step.anchors))
+            except StudioError as e:
+                raise HistoryError(f"step {k} ({step.transformation}): {e.summary}", path=str(path)) from None
+            if on_step is not None:
+                on_step(k, len(hist.steps))
+        return len(hist.steps)
+
+    # --- autosave ---------------------------------------------------------------------
+    @staticmethod
+    def autosave_for(model_path: str | os.PathLike) -> Path:
+        """Where the autosave of ``model_path`` lives (beside it when writable)."""
+        p = Path(model_path).resolve()
+        beside = p.with_name(f".{p.name}.dcstudio-autosave.json")
+        if os.access(p.parent, os.W_OK):
+            return beside
+        import hashlib
+        key = hashlib.sha256(str(p).encode()).hexdigest()[:16]
+        return data_dir() / "autosave" / f"{p.stem}-{key}.json"
+
+    def _autosave(self) -> None:
+        if not self.autosave_enabled:
+            return
+        target = self.autosave_for(self.model_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        save(self.history(), target)
+
+    def discard_autosave(self) -> None:
+        if self.model_path:
+            self.autosave_for(self.model_path).unlink(missing_ok=True)
+
+    def restore(self, path: str | os.PathLike | None = None) -> int:
+        """Replay the autosave (or ``path``) into this session; returns the number of steps."""
+        source = Path(path) if path else self.autosave_for(self.model_path)
+        return self.load_history(source)
+

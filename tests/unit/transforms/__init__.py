@@ -1,0 +1,1 @@
+"""Unit tests for the transforms package."""

@@ -1,0 +1,172 @@
+"""The transformation history: a value, and its JSON file format.
+
+A ``History`` is the source model's identity (sha256 and name), the symbol
+bindings, the training-graph options when the graph was generated, and the
+ordered ``Step``s (transformation name, params, anchor ids, and the expected
+bytes after the step). File format (``format: "dcstudio-history"``)::
+
+    {"format": "dcstudio-history", "version": 1,
+     "model": {"sha256": "…", "name": "bert_layer_base_train.onnx"},
+     "bindings": {"batch": 8}, "training": null,
+     "steps": [{"transformation": "map_fusion", "params": {}, "anchors": ["a", "b"],
+                "expect": {"bytes_after": 123}}]}
+
+Loading validates the whole schema (nothing is evaluated or unpickled) and says
+what is wrong and where; saving writes atomically (temp file + rename).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ir.errors import StudioError
+
+FORMAT = "dcstudio-history"
+VERSION = 1
+
+
+class HistoryError(StudioError):
+    """A history file that cannot be read or does not fit the model."""
+
+
+@dataclass(frozen=True)
+class Step:
+    transformation: str
+    params: dict[str, Any]
+    anchors: tuple[str, ...]
+    bytes_after: int | None = None
+
+    def to_json(self) -> dict:
+        d: dict = {"transformation": self.transformation, "params": dict(self.params),
+                   "anchors": list(self.anchors)}
+        if self.bytes_after is not None:
+            d["expect"] = {"bytes_after": self.bytes_after}
+        return d
+
+
+@dataclass(frozen=True)
+class History:
+    model_sha256: str
+    model_name: str
+    steps: tuple[Step, ...] = ()
+    bindings: dict[str, int] = field(default_factory=dict)
+    training: dict[str, Any] | None = None
+
+    def with_steps(self, steps) -> "History":
+        return History(self.model_sha256, self.model_name, tuple(steps), dict(self.bindings), self.training)
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION,
+                "model": {"sha256": self.model_sha256, "name": self.model_name},
+                "bindings": dict(sorted(self.bindings.items())), "training": self.training,
+                "steps": [s.to_json() for s in self.steps]}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n"
+
+
+def _expect(cond: bool, where: str, what: str) -> None:
+    if not cond:
+        raise HistoryError(f"{where}: {what}")
+
+
+def _json_scalar_tree(value: Any) -> bool:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return True
+    if isinstance(value, list):
+        return all(_json_scalar_tree(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_scalar_tree(v) for k, v in value.items())
+    return False
+
+
+def _step_from_json(k: int, d: Any) -> Step:
+    where = f"step {k}"
+    _expect(isinstance(d, dict), where, "must be an object")
+    name = d.get("transformation")
+    _expect(isinstance(name, str) and name, where, "needs a 'transformation' name")
+    params = d.get("params", {})
+    _expect(isinstance(params, dict) and _json_scalar_tree(params), where, "'params' must be a JSON object")
+    anchors = d.get("anchors")
+    _expect(isinstance(anchors, list) and all(isinstance(a, str) for a in anchors), where,
+            "'anchors' must be a list of node ids")
+    expect = d.get("expect", {})
+    _expect(isinstance(expect, dict), where, "'expect' must be an object")
+    after = expect.get("bytes_after")
+    _expect(after is None or (isinstance(after, int) and not isinstance(after, bool) and after >= 0), where,
+            "'expect.bytes_after' must be a non-negative integer")
+    return Step(name, params, tuple(anchors), after)
+
+
+def from_json(d: Any) -> History:
+    """Validate and convert parsed JSON; raises HistoryError saying what and where."""
+    _expect(isinstance(d, dict), "history", "the top level must be a JSON object")
+    _expect(d.get("format") == FORMAT, "history", f"'format' must be {FORMAT!r} (got {d.get('format')!r})")
+    version = d.get("version")
+    _expect(isinstance(version, int), "history", "'version' must be an integer")
+    _expect(version <= VERSION, "history", f"version {version} is newer than this dcstudio understands "
+            f"(up to {VERSION}); upgrade dcstudio")
+    _expect(version >= 1, "history", f"version {version} is not valid")
+    model = d.get("model")
+    _expect(isinstance(model, dict) and isinstance(model.get("sha256"), str) and isinstance(model.get("name"), str),
+            "history", "'model' must hold 'sha256' and 'name' strings")
+    bindings = d.get("bindings", {})
+    _expect(isinstance(bindings, dict) and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                               for k, v in bindings.items()),
+            "history", "'bindings' must map names to integers")
+    training = d.get("training")
+    _expect(training is None or (isinstance(training, dict) and _json_scalar_tree(training)), "history",
+            "'training' must be null or an object")
+    steps = d.get("steps")
+    _expect(isinstance(steps, list), "history", "'steps' must be a list")
+    return History(model["sha256"], model["name"], tuple(_step_from_json(k + 1, s) for k, s in enumerate(steps)),
+                   dict(bindings), training)
+
+
+def load(path: str | os.PathLike) -> History:
+    """Read and validate a history file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HistoryError("file not found", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise HistoryError(f"cannot read the file ({e})", path=str(path)) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HistoryError(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                           "is this a dcstudio history file?", path=str(path)) from None
+    try:
+        return from_json(data)
+    except HistoryError as e:
+        raise HistoryError(str(e), path=str(path)) from None
+
+
+def save(history: History, path: str | os.PathLike) -> None:
+    """Write atomically: a temp file in the same folder, then rename over ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(history.dumps())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_model(history: History, sha256: str, name: str, path: str | None = None) -> None:
+    """The history must belong to this model (same sha256)."""
+    if history.model_sha256 != sha256:
+        raise HistoryError(f"it was recorded on a different model ('{history.model_name}', sha256 "
+                           f"{history.model_sha256[:12]}…) than '{name}' (sha256 {sha256[:12]}…); "
+                           "replay it on the model it was made for", path=path)
+
+
+def bindings_of(history: History) -> Mapping[str, int]:
+    return dict(history.bindings)

@@ -1,0 +1,106 @@
+"""Replaying a history on a freshly imported graph, headless, step by step.
+
+``replay(graph, history)`` re-applies every step with ``ir.verify`` after each
+one and returns a ``StepReport`` per step (bytes, bound, ratio, FLOPs, peak
+memory, graph hash, and whether ``expect.bytes_after`` held). The first step
+that cannot be applied — unknown transformation, bad parameters, a stale anchor
+(no such node) or a failed check — raises ``ReplayError`` naming the step number,
+the transformation and the reason. The graph is left as it was after the last
+good step.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from ir.errors import StudioError
+from ir.graph import Graph
+from ir.memory import peak_bytes
+from ir.movement import Ledger, lower_bound
+from ir.serialize import graph_hash
+from transforms import engine
+from transforms.base import Application, Match
+from transforms.history import History, Step
+from transforms.registry import create
+
+
+class ReplayError(StudioError):
+    """A history step that cannot be replayed."""
+
+    def __init__(self, step: int, transformation: str, reason: str, *, path: str | None = None) -> None:
+        self.step = step
+        self.transformation = transformation
+        self.reason = reason
+        super().__init__(f"step {step} ({transformation}): {reason}", path=path)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    step: int
+    transformation: str
+    anchors: tuple[str, ...]
+    bytes: int
+    bound: int
+    ratio: float
+    flops: int
+    peak_bytes: int
+    graph_hash: str
+    delta_bytes: int
+    expected_bytes: int | None
+    seconds: float
+
+    @property
+    def expectation_met(self) -> bool:
+        return self.expected_bytes is None or self.expected_bytes == self.bytes
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["anchors"] = list(self.anchors)
+        d["ratio"] = round(self.ratio, 6)
+        d["seconds"] = round(self.seconds, 4)
+        return d
+
+
+def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None) -> Application:
+    """Apply one history step; errors become ReplayError naming the step."""
+    try:
+        t = create(step.transformation, step.params)
+    except StudioError as e:
+        raise ReplayError(number, step.transformation, e.summary, path=path) from None
+    stale = [a for a in step.anchors if a not in graph.nodes]
+    if stale:
+        raise ReplayError(number, step.transformation,
+                          f"stale anchor {', '.join(repr(s) for s in stale)}: no such node in the graph "
+                          "(the model or an earlier step differs from when the history was recorded)", path=path)
+    try:
+        return engine.apply(graph, t, Match(t.name, step.anchors), number)
+    except StudioError as e:
+        raise ReplayError(number, step.transformation, e.summary, path=path) from None
+
+
+def initial_report(graph: Graph, ledger: Ledger) -> StepReport:
+    bound = lower_bound(graph)
+    return StepReport(0, "(imported)", (), ledger.total.bytes, bound, ledger.total.bytes / bound if bound else 0.0,
+                      ledger.total.flops, peak_bytes(graph), graph_hash(graph), 0, None, 0.0)
+
+
+def replay(graph: Graph, history: History, *, on_step: Callable[[StepReport], None] | None = None,
+           path: str | None = None, stop: Callable[[], bool] | None = None) -> list[StepReport]:
+    """Re-apply ``history`` to ``graph`` in place; reports for step 0 (import) and every step."""
+    ledger = Ledger(graph)
+    reports = [initial_report(graph, ledger)]
+    for number, step in enumerate(history.steps, start=1):
+        if stop is not None and stop():
+            break
+        t0 = time.perf_counter()
+        app = apply_step(graph, step, number, path=path)
+        delta = ledger.update(app.removed, app.changed, app.created)
+        bound = lower_bound(graph)
+        rep = StepReport(number, step.transformation, step.anchors, ledger.total.bytes, bound,
+                         ledger.total.bytes / bound if bound else 0.0, ledger.total.flops, peak_bytes(graph),
+                         graph_hash(graph), delta.bytes, step.bytes_after, time.perf_counter() - t0)
+        reports.append(rep)
+        if on_step is not None:
+            on_step(rep)
+    return reports
