@@ -111,6 +111,10 @@ class Transformation:
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
         raise NotImplementedError
 
+    def figures(self, before: Graph, after: Graph) -> dict[str, Any]:
+        """Extra figures for the Application (e.g. peak memory before/after); JSON data."""
+        return {}
+
     def params(self) -> dict[str, Any]:
         """The parameters as JSON data (dataclass fields)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} if dataclasses.is_dataclass(self) else {}

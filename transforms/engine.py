@@ -51,7 +51,7 @@ def apply(graph: Graph, t: Transformation, match: Match, step: int = 0, *,
     after = _figures(graph, touched.created + touched.changed)
     delta = sum(after.values(), Estimate()) - sum((before[i] for i in touched.removed + touched.changed), Estimate())
     return Application(t.name, t.params(), match.anchors, touched.created, touched.removed, touched.changed,
-                       delta, step)
+                       delta, step, t.figures(backup, graph))
 
 
 def _ensure(graph: Graph, t: Transformation, affected, before, touched, check_verify: bool) -> None:

@@ -111,7 +111,7 @@ class Emitter:
             if key in self._shared:
                 return self._shared[key]
         name = self.fresh(f"{self.scope}/{hint}" if "/" not in hint else hint)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        self.initializers.append(numpy_helper.from_array(np.array(arr, order="C"), name))
         if key is not None:
             self._shared[key] = name
         return name
