@@ -1,0 +1,1 @@
+"""Recorded histories replayed headless (studio ``dcstudio replay``)."""

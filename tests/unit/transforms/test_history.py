@@ -1,0 +1,69 @@
+"""History files: schema validation, atomic save, round trip."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from transforms.history import FORMAT, History, HistoryError, Step, check_model, from_json, load, save
+
+
+def _doc(**over):
+    d = {"format": FORMAT, "version": 1, "model": {"sha256": "ab" * 32, "name": "m.onnx"},
+         "bindings": {"batch": 8}, "training": None,
+         "steps": [{"transformation": "expand", "params": {"impl": "online"}, "anchors": ["sm"],
+                    "expect": {"bytes_after": 10}}]}
+    d.update(over)
+    return d
+
+
+def test_round_trip(tmp_path):
+    h = from_json(_doc())
+    assert h.steps[0] == Step("expand", {"impl": "online"}, ("sm",), 10)
+    save(h, tmp_path / "h.json")
+    assert load(tmp_path / "h.json") == h
+    assert json.loads((tmp_path / "h.json").read_text())["format"] == FORMAT
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"format": "other"}, "'format' must be 'dcstudio-history'"),
+    ({"version": 2}, "version 2 is newer than this dcstudio understands"),
+    ({"version": "1"}, "'version' must be an integer"),
+    ({"model": {"name": "m"}}, "'model' must hold"),
+    ({"bindings": {"batch": "8"}}, "'bindings' must map names to integers"),
+    ({"steps": {}}, "'steps' must be a list"),
+    ({"steps": [{"params": {}, "anchors": []}]}, "step 1: needs a 'transformation' name"),
+    ({"steps": [{"transformation": "expand", "anchors": "sm"}]}, "step 1: 'anchors' must be a list"),
+    ({"steps": [{"transformation": "x", "anchors": [], "params": {"f": {"__class__": object.__name__}}},
+                {"transformation": "x", "anchors": [], "expect": {"bytes_after": -1}}]},
+     "step 2: 'expect.bytes_after' must be a non-negative integer"),
+])
+def test_schema_errors_say_what_and_where(change, message):
+    with pytest.raises(HistoryError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        from_json(_doc(**change))
+
+
+def test_garbage_and_missing_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\x00\xffnot json")
+    with pytest.raises(HistoryError, match="bad.json: (not valid JSON|cannot read)"):
+        load(bad)
+    with pytest.raises(HistoryError, match="file not found"):
+        load(tmp_path / "missing.json")
+
+
+def test_wrong_model_hash():
+    h = from_json(_doc())
+    with pytest.raises(HistoryError, match="recorded on a different model"):
+        check_model(h, "cd" * 32, "other.onnx")
+
+
+def test_save_is_atomic_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "h.json"
+    target.write_text("previous")
+    h = History("s", "m", (Step("expand", {}, ("a",)),))
+    monkeypatch.setattr(History, "dumps", lambda self: (_ for _ in ()).throw(RuntimeError("disk full")))
+    with pytest.raises(RuntimeError):
+        save(h, target)
+    assert target.read_text() == "previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["h.json"]
