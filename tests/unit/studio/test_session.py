@@ -1,0 +1,123 @@
+"""The headless Session: apply/undo/redo/revert, live figures, observers, autosave and restore."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from ir.errors import StudioError
+from ir.movement import report
+from ir.serialize import graph_hash
+from studio.session import Session
+from transforms.registry import create
+
+
+@pytest.fixture
+def model(tmp_path, fixtures_dir):
+    path = tmp_path / "step.onnx"
+    shutil.copy(fixtures_dir / "ort_artifacts/mlp/legacy/train_step_adamw.onnx", path)
+    return path
+
+
+def _expand_some(s: Session, n: int = 4) -> list[str]:
+    ids = [m.anchors[0] for m in create("expand").matches(s.graph)][:n]
+    for ident in ids:
+        s.apply("expand", [ident])
+    return ids
+
+
+def test_apply_updates_figures_incrementally(model):
+    s = Session.open(model, autosave=False)
+    before = s.metrics().bytes
+    _expand_some(s, 100)
+    m = next(m for m in create("map_fusion").matches(s.graph) if create("map_fusion").check(s.graph, m).ok)
+    app = s.apply("map_fusion", m.anchors)
+    assert s.metrics().bytes == report(s.graph).total.bytes
+    assert s.metrics().bytes == s.trend()[-2] + app.delta.bytes and app.delta.bytes < 0
+    assert s.trend()[0] == before and s.trend()[-1] == s.metrics().bytes
+
+
+def test_undo_redo_revert(model):
+    s = Session.open(model, autosave=False)
+    h0 = s.original_hash
+    _expand_some(s, 3)
+    h3 = graph_hash(s.graph)
+    s.undo()
+    s.undo()
+    assert s.cursor == 1 and s.can_redo()
+    s.redo()
+    s.redo()
+    assert graph_hash(s.graph) == h3
+    s.revert_to(0)
+    assert graph_hash(s.graph) == h0 and s.metrics().bytes == report(s.graph).total.bytes
+    s.revert_to(3)
+    assert graph_hash(s.graph) == h3
+    s.revert_to(1)
+    ident = next(m.anchors[0] for m in create("expand").matches(s.graph))
+    s.apply("expand", [ident])                     # a new step drops the redo tail
+    assert s.cursor == 2 and not s.can_redo() and len(s.steps) == 2
+    with pytest.raises(StudioError, match="no step 9"):
+        s.revert_to(9)
+
+
+def test_failed_apply_changes_nothing(model):
+    s = Session.open(model, autosave=False)
+    h0 = graph_hash(s.graph)
+    with pytest.raises(StudioError, match="stale anchor 'nope'"):
+        s.apply("expand", ["nope"])
+    with pytest.raises(StudioError, match="unknown transformation"):
+        s.apply("teleport", ["/fc1/Gemm"])
+    assert s.cursor == 0 and graph_hash(s.graph) == h0
+
+
+def test_observers_hear_every_change(model):
+    s = Session.open(model, autosave=False)
+    events = []
+    unsubscribe = s.subscribe(lambda event, payload: events.append(event))
+    _expand_some(s, 2)
+    s.undo()
+    s.redo()
+    s.revert_to(0)
+    unsubscribe()
+    s.redo()
+    assert events == ["applied", "applied", "undone", "redone", "reverted"]
+
+
+def test_autosave_after_every_step_and_restore(model):
+    s = Session.open(model)
+    target = Session.autosave_for(model)
+    assert target.parent == model.parent and target.name.startswith(".")
+    ids = _expand_some(s, 3)
+    assert [st["anchors"][0] for st in __import__("json").loads(target.read_text())["steps"]] == ids
+    s.undo()
+    crashed_hash = graph_hash(s.graph)
+    fresh = Session.open(model)
+    assert fresh.restore() == 2
+    assert graph_hash(fresh.graph) == crashed_hash
+    fresh.discard_autosave()
+    assert not target.exists()
+
+
+def test_save_and_load_history(model, tmp_path):
+    s = Session.open(model, autosave=False)
+    _expand_some(s, 3)
+    s.save_history(tmp_path / "h.json")
+    other = Session.open(model, autosave=False)
+    assert other.load_history(tmp_path / "h.json") == 3
+    assert graph_hash(other.graph) == graph_hash(s.graph)
+    assert other.steps[-1].bytes_after == s.metrics().bytes
+
+
+def test_matches_are_grouped_and_ranked(model):
+    s = Session.open(model, autosave=False)
+    _expand_some(s, 30)
+    some_map = next(n.id for n in s.graph.nodes.values() if n.id.endswith("/expanded"))
+    groups = s.matches(selection=[some_map], viewport=list(s.graph.nodes)[:10])
+    assert list(groups) == ["Selection", "Viewport", "Whole graph"]
+    whole = groups["Whole graph"]
+    oks = [r for r in whole if r.ok]
+    assert oks and all(a.bytes_saved >= b.bytes_saved for a, b in zip(oks, oks[1:]))
+    keys = [(r.transformation.name, r.match.anchors) for g in groups.values() for r in g]
+    assert len(keys) == len(set(keys))                            # each match listed once
+    failed = [r for r in whole if not r.ok]
+    assert all(r.reason for r in failed)
