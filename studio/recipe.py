@@ -1,0 +1,75 @@
+"""Recipes: named sequences of transformation passes, each applied to a fixpoint.
+
+A pass is a transformation (with parameters) applied at its first applicable
+match, in graph order, again and again until none applies. Every application is
+an ordinary, undoable, recorded step, so a recipe's result is a plain history
+file that ``dcstudio replay`` reproduces exactly. ``SUBSTATION`` is the
+Substation-style recipe of the bundled example (*Data Movement Is All You
+Need*): simplify views and constants, lower the ops into maps, fuse elementwise
+chains, fuse them into softmax and layernorm (forward and backward), fuse the
+Q/K/V projections and GEMM epilogues, then fuse the optimizer update into the
+kernels that produce the gradients.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ir.errors import StudioError
+from studio.session import Session
+from transforms.registry import TRANSFORMATIONS, create
+
+
+@dataclass(frozen=True)
+class Pass:
+    transformation: str
+    params: dict[str, Any] = field(default_factory=dict)
+    limit: int = 10_000
+
+
+SUBSTATION: tuple[Pass, ...] = (
+    Pass("constant_folding"),
+    Pass("reshape_elimination"),
+    Pass("transpose_elimination"),
+    Pass("expand"),
+    Pass("map_fusion"),
+    Pass("reduction_fusion"),
+    Pass("horizontal_fusion"),
+    Pass("gemm_epilogue_fusion"),
+    Pass("optimizer_fusion"),
+    Pass("map_fusion"),
+)
+
+RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION,
+                                        "fuse": (Pass("expand"), Pass("map_fusion"))}
+
+
+def run_pass(session: Session, p: Pass, on_step: Callable[[str, int], None] | None = None,
+             stop: Callable[[], bool] | None = None) -> int:
+    """Apply ``p`` at its first applicable match until none is left; returns the count."""
+    t = create(p.transformation, p.params)
+    done = 0
+    while done < p.limit and not (stop and stop()):
+        graph = session.graph
+        match = next((m for m in t.matches(graph) if t.check(graph, m).ok), None)
+        if match is None:
+            break
+        session.apply(t.name, match.anchors, t.params())
+        done += 1
+        if on_step is not None:
+            on_step(t.name, session.cursor)
+    return done
+
+
+def run_recipe(session: Session, passes: tuple[Pass, ...] = SUBSTATION, *,
+               on_step: Callable[[str, int], None] | None = None,
+               stop: Callable[[], bool] | None = None, skip_missing: bool = True) -> dict[str, int]:
+    """Run the passes in order; returns applications per transformation name."""
+    counts: dict[str, int] = {}
+    for p in passes:
+        if p.transformation not in TRANSFORMATIONS:
+            if skip_missing:
+                continue
+            raise StudioError(f"recipe pass '{p.transformation}' is not a known transformation")
+        counts[p.transformation] = counts.get(p.transformation, 0) + run_pass(session, p, on_step, stop)
+    return counts

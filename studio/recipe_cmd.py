@@ -1,0 +1,45 @@
+"""``dcstudio recipe MODEL -o HISTORY``: run a named recipe and save its history.
+
+The history is an ordinary step-by-step file (``dcstudio replay`` reproduces it);
+it is written atomically, and only when the recipe ran to the end.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from studio.recipe import RECIPES, run_recipe
+from studio.session import Session
+
+
+def cmd_recipe(args: argparse.Namespace) -> int:
+    from studio.cli import parse_bindings
+    session = Session.open(args.model, bindings=parse_bindings(args.bind), optimizer=args.optimizer,
+                           autosave=False)
+    before = session.metrics()
+
+    def on_step(name: str, k: int) -> None:
+        if not args.quiet:
+            sys.stderr.write(f"\r{k:5d} steps  {name:<24} {session.metrics().bytes / 1e6:10.2f} MB")
+
+    counts = run_recipe(session, RECIPES[args.name], on_step=on_step)
+    if not args.quiet:
+        sys.stderr.write("\n")
+    session.save_history(args.output)
+    after = session.metrics()
+    applied = ", ".join(f"{n} ×{c}" for n, c in counts.items() if c)
+    print(f"{args.name}: {session.cursor} steps ({applied}); {before.bytes / 1e6:.2f} MB -> "
+          f"{after.bytes / 1e6:.2f} MB ({after.bytes / before.bytes - 1:+.1%}), bound {after.bound / 1e6:.2f} MB, "
+          f"moved/bound {before.ratio:.2f}x -> {after.ratio:.2f}x; wrote {args.output}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("recipe", help="run a transformation recipe and save the history")
+    p.add_argument("model", help="ONNX model")
+    p.add_argument("-o", "--output", required=True, help="history file to write")
+    p.add_argument("--name", choices=sorted(RECIPES), default="substation", help="recipe (default substation)")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=N")
+    p.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: beside MODEL)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_recipe)
