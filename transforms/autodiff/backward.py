@@ -14,35 +14,10 @@ from typing import Iterable, Sequence
 
 from onnx import NodeProto
 
-from ir.errors import GraphError, UnsupportedOpError
+from ir.errors import GraphError
 from ir.onnx_attrs import attrs_from_onnx
 from transforms.autodiff.emitter import Emitter
-from transforms.autodiff.registry import GRADIENTS, GradRequest, supported_ops
-
-
-class NoGradientError(UnsupportedOpError):
-    """An op on the path from a parameter to the loss has no gradient rule."""
-
-    def __init__(self, node: NodeProto, index: int) -> None:
-        ops = supported_ops()
-        self.op_type = node.op_type
-        qual = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
-        GraphError.__init__(
-            self, f"no gradient rule for op {qual}, which lies between a trainable parameter and the loss",
-            _NodeRef(node, index),
-            hint=f"Gradient rules exist for {len(ops)} ops: {', '.join(ops)}. Replace the op, or leave "
-                 "the parameters that reach it out of `trainable`")
-
-
-class _NodeRef:
-    """A node-like view of an ONNX node for error messages (``describe_node``)."""
-
-    kind = None
-
-    def __init__(self, node: NodeProto, index: int) -> None:
-        self.name = node.name or (node.output[0] if node.output else f"#{index}")
-        self.id = self.name
-        self.op_type = node.op_type
+from transforms.autodiff.registry import GRADIENTS, GradRequest, NodeRef, NoGradientError
 
 
 def _differentiable(node: NodeProto, k: int) -> bool:
@@ -81,13 +56,13 @@ def backward(em: Emitter, nodes: Sequence[NodeProto], wrt: Sequence[str],
         rule = GRADIENTS[node.op_type]
         wants = tuple(bool(i) and i in needed and rule.differentiable(j) and em.is_float(i)
                       for j, i in enumerate(node.input))
-        em.scope = f"grad/{_NodeRef(node, k).name}"
+        em.scope = f"grad/{NodeRef(node, k).name}"
         try:
             grads = rule.build(em, GradRequest(node, attrs_from_onnx(node), dys, wants))
         except GraphError as e:
             if e.node is None:
-                e.node = _NodeRef(node, k)
-                e.args = (f"{e.args[0]} (while differentiating node '{_NodeRef(node, k).name}' "
+                e.node = NodeRef(node, k)
+                e.args = (f"{e.args[0]} (while differentiating node '{NodeRef(node, k).name}' "
                           f"({node.op_type}))",)
             raise
         for j, g in enumerate(grads):

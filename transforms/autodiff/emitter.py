@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
-from ir.errors import ShapeError
+from ir.errors import GraphError, ShapeError
 
 ValueType = tuple[int, "tuple[int, ...] | None"]   # (ONNX element type, static shape or None)
 FLOAT_ELEMS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16})
@@ -52,7 +52,8 @@ class Emitter:
     def claim(self, name: str) -> str:
         """Reserve an exact name (graph outputs such as ``loss``); it must be free."""
         if name in self._taken:
-            raise ValueError(f"the name '{name}' is already used in the forward model")
+            raise GraphError(f"the name '{name}' is already used in the forward model",
+                             hint="Rename that value in the forward model: the training graph reserves it")
         self._taken.add(name)
         return name
 

@@ -3,9 +3,10 @@
 1. bring the default-domain opset to >= 17 (``onnx.version_converter``) and refuse
    other domains (the training graph must be standard ONNX);
 2. copy the nodes and make the values the backward pass reads explicit outputs:
-   Dropout's ``mask``, MaxPool's ``Indices``, LayerNormalization's ``Mean`` and
-   ``InvStdDev`` (float32 inputs only, where the stash type matches); set
-   BatchNormalization to training mode (batch statistics) or to inference mode, as
+   Dropout's ``mask``, MaxPool's ``Indices`` (row-major), LayerNormalization's ``Mean``
+   and ``InvStdDev`` (its rule reuses them when their type is ``x``'s, i.e. not for the
+   float32 stash of a float64 model); set BatchNormalization to training mode (batch
+   statistics, two running-statistics outputs) or to inference mode, as
    ``options.batchnorm`` says;
 3. infer static types on a light copy (large initializers replaced by typed inputs);
 4. split the initializers into candidate parameters (float) and frozen constants.
@@ -21,6 +22,7 @@ from ir.errors import ModelImportError, UnsupportedOpError
 from transforms.autodiff.constants import ConstantValues
 from transforms.autodiff.emitter import FLOAT_ELEMS, ValueType
 from transforms.autodiff.options import OptionError, TrainingOptions
+from transforms.autodiff.registry import NodeRef
 
 MIN_OPSET = 17
 _SMALL_INIT = 1024   # initializers up to this many elements stay constant for shape inference
@@ -61,14 +63,15 @@ def prepare_forward(model: ModelProto, options: TrainingOptions) -> Forward:
     g = model.graph
     for node in g.node:
         if node.domain not in ("", "ai.onnx"):
-            raise UnsupportedOpError(node.op_type, node, domain=node.domain)
+            raise UnsupportedOpError(node.op_type, NodeRef(node), domain=node.domain)
     inits = {t.name: t for t in g.initializer}
     outputs = [o.name for o in g.output]
     prediction = options.output or (outputs[0] if outputs else "")
     if prediction not in outputs:
         raise OptionError(f"option output={options.output!r} is not a graph output of the forward model "
                           f"(outputs: {outputs})")
-    nodes = [_prepared(node, options.batchnorm) for node in g.node]
+    taken = set(inits) | {vi.name for vi in g.input} | {o for n in g.node for o in n.output}
+    nodes = [_prepared(node, options.batchnorm, taken) for node in g.node]
     work = ModelProto()
     work.ir_version = model.ir_version
     work.opset_import.extend(model.opset_import)
@@ -81,26 +84,39 @@ def prepare_forward(model: ModelProto, options: TrainingOptions) -> Forward:
     return Forward(work, list(work.graph.node), opset, types, data, inits, prediction)
 
 
-def _prepared(node: NodeProto, batchnorm: str) -> NodeProto:
+EXTRA_OUTPUTS = {  # optional outputs the backward pass reads, by op type
+    "Dropout": ("mask",),
+    "MaxPool": ("indices",),
+    "LayerNormalization": ("mean", "inv_std_dev"),
+    "BatchNormalization": ("running_mean", "running_var"),   # training mode only
+}
+
+
+def _prepared(node: NodeProto, batchnorm: str, taken: set[str]) -> NodeProto:
     out = NodeProto()
     out.CopyFrom(node)
-    base = out.output[0]
-    if out.op_type == "Dropout" and len(out.output) < 2:
-        out.output.append(f"{base}.mask")
-    elif out.op_type == "MaxPool" and len(out.output) < 2:
-        out.output.append(f"{base}.indices")
-        _set_attr(out, "storage_order", 0)
-    elif out.op_type == "LayerNormalization" and len(out.output) < 3:
-        while len(out.output) < 3:
-            out.output.append(f"{base}.{('mean', 'inv_std_dev')[len(out.output) - 1]}")
-    elif out.op_type == "BatchNormalization":
+    if out.op_type == "MaxPool" and (len(out.output) < 2 or not out.output[1]):
+        _set_attr(out, "storage_order", 0)   # nobody reads the indices yet: make them row-major
+    if out.op_type == "BatchNormalization":
         _set_attr(out, "training_mode", 1 if batchnorm == "train" else 0)
-        if batchnorm == "train":
-            while len(out.output) < 3:
-                out.output.append(f"{base}.{('running_mean', 'running_var')[len(out.output) - 1]}")
-        else:
+        if batchnorm == "eval":
             del out.output[1:]
+            return out
+    for k, suffix in enumerate(EXTRA_OUTPUTS.get(out.op_type, ()), start=1):
+        while len(out.output) <= k:
+            out.output.append("")
+        if not out.output[k]:
+            out.output[k] = _fresh(f"{out.output[0]}.{suffix}", taken)
     return out
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    k, fresh = 0, name
+    while fresh in taken:
+        k += 1
+        fresh = f"{name}_{k}"
+    taken.add(fresh)
+    return fresh
 
 
 def _set_attr(node: NodeProto, name: str, value: int) -> None:

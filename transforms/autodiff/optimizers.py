@@ -10,8 +10,8 @@ scalar, the 1-based number of this update). For a parameter ``p`` with gradient 
   (state ``p.m``, ``p.v``).
 - ``lion``: ``u = sign(b1 m + (1-b1) g)``; ``p <- p - lr (u + wd p)``;
   ``m = b2 m + (1-b2) g`` (state ``p.m``).
-Outputs are ``<p>.new`` and ``<state>.new``. Scalars are computed once in float32 and
-cast once per parameter dtype.
+Outputs are ``<p>.new`` and ``<state>.new``. Shared scalars (the bias corrections, ``lr``) are built once per
+parameter element type, in that type.
 """
 from __future__ import annotations
 
@@ -37,19 +37,38 @@ class UpdateGraph:
 
 
 class _Scalars:
-    """Shared scalar values, cast once per element type."""
+    """Scalars shared by every parameter of one element type, built on first use."""
 
-    def __init__(self, em: Emitter) -> None:
+    def __init__(self, em: Emitter, opts: TrainingOptions) -> None:
         self.em = em
+        self.opts = opts
         self._values: dict[tuple[str, int], str] = {}
-        self.f32: dict[str, str] = {}
 
     def get(self, key: str, elem: int) -> str:
-        if elem == TensorProto.FLOAT:
-            return self.f32[key]
         if (key, elem) not in self._values:
-            self._values[(key, elem)] = self.em.cast(self.f32[key], elem)
+            scope, self.em.scope = self.em.scope, "update"
+            self._values[(key, elem)] = self._build(key, elem)
+            self.em.scope = scope
         return self._values[(key, elem)]
+
+    def _const(self, value: float, elem: int) -> str:
+        return self.em.const(np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(elem)), "scalar")
+
+    def _build(self, key: str, elem: int) -> str:
+        em = self.em
+        if key in ("lr", "step"):
+            return em.cast(LEARNING_RATE if key == "lr" else STEP, elem, TensorProto.FLOAT)
+        one = self._const(1.0, elem)
+        b1, b2 = self.opts.betas or (0.0, 0.0)
+        if key == "step_size":      # lr / (1 - b1^t)
+            return em.div(self.get("lr", elem), em.sub(one, em.op("Pow", self._const(b1, elem),
+                                                                   self.get("step", elem))))
+        if key == "inv_sqrt_bc2":   # 1 / sqrt(1 - b2^t)
+            bc2 = em.sub(one, em.op("Pow", self._const(b2, elem), self.get("step", elem)))
+            return em.op("Reciprocal", em.op("Sqrt", bc2))
+        if key == "decay":          # 1 - lr wd
+            return em.sub(one, em.mul(self.get("lr", elem), self._const(self.opts.weight_decay, elem)))
+        raise KeyError(key)
 
 
 def state_names(optimizer: str | None, momentum: float) -> tuple[str, ...]:
@@ -62,13 +81,12 @@ def build_update(em: Emitter, opts: TrainingOptions, params: list[str], grads: d
     """Emit the update of every parameter; see the module docstring."""
     out = UpdateGraph()
     em.scope = "update"
-    scalars = _Scalars(em)
+    scalars = _Scalars(em, opts)
     em.claim(LEARNING_RATE)
-    out.inputs.append(helper.make_tensor_value_info(LEARNING_RATE, TensorProto.FLOAT, []))
-    scalars.f32["lr"] = LEARNING_RATE
+    scalar_inputs = [helper.make_tensor_value_info(LEARNING_RATE, TensorProto.FLOAT, [])]
     if opts.optimizer == "adamw":
-        _adamw_scalars(em, opts, scalars)
-        out.inputs.append(helper.make_tensor_value_info(STEP, TensorProto.FLOAT, []))
+        em.claim(STEP)
+        scalar_inputs.append(helper.make_tensor_value_info(STEP, TensorProto.FLOAT, []))
     names = state_names(opts.optimizer, opts.momentum)
     for p in params:
         elem, shape = em.elem(p), list(em.shape(p))
@@ -80,23 +98,8 @@ def build_update(em: Emitter, opts: TrainingOptions, params: list[str], grads: d
         step = {"sgd": _sgd, "adamw": _adamw, "lion": _lion}[opts.optimizer]
         step(em, opts, scalars, p, grads[p], states, [new_p] + new_states)
         out.outputs.extend(helper.make_tensor_value_info(n, elem, shape) for n in [new_p] + new_states)
+    out.inputs.extend(scalar_inputs)
     return out
-
-
-def _adamw_scalars(em: Emitter, opts: TrainingOptions, s: _Scalars) -> None:
-    em.claim(STEP)
-    b1, b2 = opts.betas
-    one = em.const(_f32(1.0), "one")
-    bc1 = em.sub(one, em.op("Pow", em.const(_f32(b1), "beta1"), STEP))
-    bc2 = em.sub(one, em.op("Pow", em.const(_f32(b2), "beta2"), STEP))
-    s.f32["step_size"] = em.div(LEARNING_RATE, bc1)
-    s.f32["inv_sqrt_bc2"] = em.op("Reciprocal", em.op("Sqrt", bc2))
-    if opts.weight_decay:
-        s.f32["decay"] = em.sub(one, em.mul(LEARNING_RATE, em.const(_f32(opts.weight_decay), "wd")))
-
-
-def _f32(v: float) -> np.ndarray:
-    return np.asarray(v, dtype=np.float32)
 
 
 def _blend(em: Emitter, p: str, state: str, g: str, beta: float, out: str | None = None) -> str:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from onnx import NodeProto
 
+from ir.errors import GraphError, UnsupportedOpError
+
 if TYPE_CHECKING:
     from transforms.autodiff.emitter import Emitter
 
@@ -49,6 +51,32 @@ class GradRequest:
 
 
 RuleFn = Callable[["Emitter", GradRequest], Grads]
+
+
+class NoGradientError(UnsupportedOpError):
+    """An op (or a variant of it) on the path from a parameter to the loss has no gradient rule."""
+
+    def __init__(self, node: NodeProto, index: int | None = None, *, variant: str = "", hint: str = "") -> None:
+        self.op_type = node.op_type
+        qual = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        if not hint:
+            ops = supported_ops()
+            hint = (f"Gradient rules exist for {len(ops)} ops: {', '.join(ops)}. Replace the op, or leave "
+                    "the parameters that reach it out of `trainable`")
+        message = f"no gradient rule for op {qual}{' ' + variant if variant else ''}"
+        GraphError.__init__(self, f"{message}, which lies between a trainable parameter and the loss",
+                            NodeRef(node, index), hint=hint)
+
+
+class NodeRef:
+    """A node-like view of an ONNX node for error messages (``ir.errors.describe_node``)."""
+
+    kind = None
+
+    def __init__(self, node: NodeProto, index: int | None = None) -> None:
+        self.name = node.name or (node.output[0] if node.output else f"#{index}")
+        self.id = self.name
+        self.op_type = node.op_type
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from onnx import ModelProto, NodeProto, helper
 
@@ -29,19 +30,19 @@ from transforms.autodiff import rules as _rules  # noqa: F401  (fills GRADIENTS)
 from transforms.autodiff.backward import backward, differentiable_paths
 from transforms.autodiff.emitter import Emitter
 from transforms.autodiff.forward import Forward, prepare_forward
-from transforms.autodiff.losses import LossBuilder, loss_builder
+from transforms.autodiff.losses import LossBuilder, LossGraph, loss_builder
 from transforms.autodiff.optimizers import UpdateGraph, build_update
 from transforms.autodiff.options import OptionError, TrainingOptions
 
 METADATA_KEY = "dcstudio.training_options"
 
 
-def build_training_graph(forward: ModelProto, **options) -> ModelProto:
+def build_training_graph(forward: ModelProto, **options: Any) -> ModelProto:
     """The training step of ``forward`` as a standard ONNX model (see ``TrainingOptions``)."""
     return build(forward, TrainingOptions(**options))
 
 
-def write_training_graph(forward_path: str | os.PathLike, out_path: str | os.PathLike, **options) -> Path:
+def write_training_graph(forward_path: str | os.PathLike, out_path: str | os.PathLike, **options: Any) -> Path:
     """Read ``forward_path``, build the training graph and write it atomically to ``out_path``."""
     opts = TrainingOptions(**options)
     model = build(read_model(forward_path), opts)
@@ -125,7 +126,7 @@ def _name_gradients(em: Emitter, params: list[str], grads: dict[str, str]) -> di
     return named
 
 
-def _assemble(fwd: Forward, opts: TrainingOptions, em: Emitter, params: list[str], loss_graph,
+def _assemble(fwd: Forward, opts: TrainingOptions, em: Emitter, params: list[str], loss_graph: LossGraph,
               update: UpdateGraph) -> ModelProto:
     param_vis = [helper.make_tensor_value_info(p, em.elem(p), list(em.shape(p))) for p in params]
     loss_vi = helper.make_tensor_value_info(loss_graph.loss, em.elem(fwd.prediction), [])

@@ -16,7 +16,6 @@ from math import prod
 
 import numpy as np
 
-from ir.errors import UnsupportedOpError
 from transforms.autodiff.emitter import Emitter
 from transforms.autodiff.registry import GradRequest, Grads, gradient
 

@@ -8,9 +8,8 @@ Shape, axes and repeats inputs are never differentiable.
 """
 from __future__ import annotations
 
-from ir.errors import UnsupportedOpError
 from transforms.autodiff.emitter import Emitter
-from transforms.autodiff.registry import GradRequest, Grads, gradient
+from transforms.autodiff.registry import GradRequest, Grads, NoGradientError, gradient
 
 
 @gradient("Reshape", "Flatten", "Squeeze", "Unsqueeze", inputs=(0,))
@@ -39,7 +38,8 @@ def tile(em: Emitter, req: GradRequest) -> Grads:
     sx = em.shape(req.node.input[0])
     reps = em.const_value(req.input(1))
     if reps is None:
-        raise UnsupportedOpError("Tile", req.node, supported=["Tile with constant repeats"])
+        raise NoGradientError(req.node, variant="with repeats that are not constant",
+                              hint="Compute the repeats from constants or static shapes")
     split = []
     for r, d in zip(reps.reshape(-1), sx):
         split.extend([int(r), d])

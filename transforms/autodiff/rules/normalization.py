@@ -17,7 +17,7 @@ from __future__ import annotations
 from math import prod
 
 from transforms.autodiff.emitter import Emitter
-from transforms.autodiff.registry import GradRequest, Grads, gradient
+from transforms.autodiff.registry import GradRequest, Grads, NoGradientError, gradient
 
 
 def _stats(em: Emitter, x: str, axes: list[int], eps: float) -> tuple[str, str]:
@@ -40,6 +40,9 @@ def _normalized_dx(em: Emitter, x: str, g: str, x_hat: str, inv: str, axes: list
 @gradient("BatchNormalization", inputs=(0, 1, 2))
 def batch_norm(em: Emitter, req: GradRequest) -> Grads:
     x, scale = req.node.input[:2]
+    if req.dy(1) is not None or req.dy(2) is not None:
+        raise NoGradientError(req.node, variant="through its running-statistics outputs",
+                              hint="Only the normalized output Y may lead to the loss")
     rank = em.rank(x)
     axes = [0] + list(range(2, rank))
     cs = (1, em.shape(x)[1]) + (1,) * (rank - 2)
@@ -66,6 +69,9 @@ def batch_norm(em: Emitter, req: GradRequest) -> Grads:
 @gradient("LayerNormalization")
 def layer_norm(em: Emitter, req: GradRequest) -> Grads:
     x, scale = req.node.input[:2]
+    if req.dy(1) is not None or req.dy(2) is not None:
+        raise NoGradientError(req.node, variant="through its Mean/InvStdDev outputs",
+                              hint="Only the normalized output Y may lead to the loss")
     sx = em.shape(x)
     axis = req.attrs.get("axis", -1) % len(sx)
     axes = list(range(axis, len(sx)))

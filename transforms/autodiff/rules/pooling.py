@@ -14,17 +14,17 @@ from math import prod
 
 import numpy as np
 
-from ir.errors import UnsupportedOpError
 from transforms.autodiff.emitter import Emitter
-from transforms.autodiff.registry import GradRequest, Grads, gradient
+from transforms.autodiff.registry import GradRequest, Grads, NoGradientError, gradient
 from transforms.autodiff.rules.conv import window
 
 
 @gradient("MaxPool")
 def max_pool(em: Emitter, req: GradRequest) -> Grads:
     x = req.node.input[0]
-    if len(req.node.output) < 2 or not req.node.output[1]:
-        raise UnsupportedOpError("MaxPool", req.node, supported=["MaxPool with an Indices output"])
+    if len(req.node.output) < 2 or not req.node.output[1] or req.attrs.get("storage_order", 0):
+        raise NoGradientError(req.node, variant="with column-major Indices (storage_order=1)",
+                              hint="Export MaxPool with storage_order=0")
     sx = em.shape(x)
     n = prod(sx)
     flat_idx = em.reshape(req.node.output[1], (-1,))

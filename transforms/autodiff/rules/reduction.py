@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from math import prod
 
-from ir.errors import UnsupportedOpError
 from transforms.autodiff.emitter import Emitter
-from transforms.autodiff.registry import GradRequest, Grads, gradient
+from transforms.autodiff.registry import GradRequest, Grads, NoGradientError, gradient
 
 
 def reduced_axes(em: Emitter, req: GradRequest) -> list[int] | None:
@@ -22,8 +21,8 @@ def reduced_axes(em: Emitter, req: GradRequest) -> list[int] | None:
     if axes is None and req.input(1) is not None:
         value = em.const_value(req.input(1))
         if value is None:
-            raise UnsupportedOpError(req.node.op_type, req.node,
-                                     supported=[f"{req.node.op_type} with constant axes"])
+            raise NoGradientError(req.node, variant="with axes that are not constant",
+                                  hint="Compute the axes from constants or static shapes")
         axes = [int(a) for a in value.reshape(-1)]
     if not axes:
         return None if req.attrs.get("noop_with_empty_axes", 0) else list(range(rank))

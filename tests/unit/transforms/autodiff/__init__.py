@@ -1,0 +1,1 @@
+"""Unit tests for training-graph generation (transforms/autodiff)."""

@@ -1,0 +1,1 @@
+"""Gradient-rule tests, one file per rule family: finite differences, onnxruntime, the NumPy executor, torch."""
