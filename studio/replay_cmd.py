@@ -16,7 +16,7 @@ from pathlib import Path
 from codegen.numpy_ref.executor import run
 from codegen.numpy_ref.feeds import compare, feeds_for
 from ir.errors import StudioError
-from ir.onnx_import import import_model
+from studio.session import load_graph
 from studio.reports import dump_json, junit_xml, report_json, write_atomic
 from transforms.history import check_model, load
 from transforms.replay import StepReport, replay
@@ -67,8 +67,8 @@ class _Progress:
 def cmd_replay(args: argparse.Namespace) -> int:
     from studio.cli import parse_bindings
     hist = load(args.history)
-    graph = import_model(args.model, bindings={**hist.bindings, **parse_bindings(args.bind)},
-                         optimizer=args.optimizer)
+    graph = load_graph(args.model, bindings={**hist.bindings, **parse_bindings(args.bind)},
+                       optimizer=args.optimizer, training=hist.training)
     check_model(hist, graph.meta["sha256"], Path(args.model).name, path=args.history)
     tolerance = parse_tolerance(args.tolerance)
     baseline = _baseline_bytes(args.baseline) if args.baseline else None

@@ -55,6 +55,21 @@ class Metrics:
         return self.bytes / self.bound if self.bound else 0.0
 
 
+def load_graph(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
+               optimizer: str | None = None, training: Mapping[str, Any] | None = None) -> Graph:
+    """Import ``model_path``; with ``training`` options, import the training step generated from it
+    (``transforms.autodiff``). The graph's sha256 is always the file's, so histories match it."""
+    if not training:
+        return import_model(model_path, bindings=bindings, optimizer=optimizer)
+    from ir.onnx_import import import_proto
+    from ir.onnx_load import file_sha256, read_model
+    from transforms.autodiff import build_training_graph
+    proto = build_training_graph(read_model(model_path), **dict(training))
+    graph = import_proto(proto, path=str(model_path), bindings=bindings, name=Path(model_path).stem + "-train")
+    graph.meta.update(source=str(model_path), sha256=file_sha256(model_path), training="generated")
+    return graph
+
+
 def data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "dcstudio"
@@ -79,9 +94,13 @@ class Session:
     # --- opening ----------------------------------------------------------------------
     @classmethod
     def open(cls, model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
-             optimizer: str | None = None, autosave: bool = True) -> "Session":
-        graph = import_model(model_path, bindings=bindings, optimizer=optimizer)
-        return cls(graph, model_path=str(model_path), autosave=autosave)
+             optimizer: str | None = None, training: Mapping[str, Any] | None = None,
+             autosave: bool = True) -> "Session":
+        """Open a model; with ``training`` options a forward model is opened as its training step."""
+        graph = load_graph(model_path, bindings=bindings, optimizer=optimizer, training=training)
+        session = cls(graph, model_path=str(model_path), autosave=autosave)
+        session.training = dict(training) if training else None
+        return session
 
     # --- state ------------------------------------------------------------------------
     @property

@@ -121,3 +121,18 @@ def test_matches_are_grouped_and_ranked(model):
     assert len(keys) == len(set(keys))                            # each match listed once
     failed = [r for r in whole if not r.ok]
     assert all(r.reason for r in failed)
+
+
+def test_open_forward_model_as_training_and_replay(fixtures_dir, tmp_path, capsys):
+    from studio.cli import main
+    fwd = tmp_path / "mlp_forward.onnx"
+    shutil.copy(fixtures_dir / "ort_artifacts/mlp/legacy/forward.onnx", fwd)
+    options = {"loss": "cross_entropy", "optimizer": "sgd", "lr": 0.1}
+    s = Session.open(fwd, training=options, autosave=False)
+    assert s.graph.meta["training"] == "generated"
+    assert "fc1.weight.new" in s.graph.outputs and s.graph.containers["fc1.weight"].role.value == "parameter"
+    _expand_some(s, 3)
+    s.save_history(tmp_path / "h.json")
+    assert __import__("json").loads((tmp_path / "h.json").read_text())["training"] == options
+    assert main(["replay", str(fwd), str(tmp_path / "h.json"), "--quiet", "--check"]) == 0
+    assert "replayed 3 steps" in capsys.readouterr().out
