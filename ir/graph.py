@@ -120,8 +120,13 @@ class Graph:
         return node
 
     def rewire(self, node: ComputeNode) -> None:
-        """Recompute use-def entries of ``node`` after its memlets changed."""
-        self._unlink(node)
+        """Recompute use-def entries of ``node`` after its memlets changed (old entries are
+        found by node id, since the memlets that made them are gone)."""
+        for users in self._consumers.values():
+            while node.id in users:
+                users.remove(node.id)
+        for name in [c for c, p in self._producer.items() if p == node.id]:
+            del self._producer[name]
         self._link(node)
 
     def _link(self, node: ComputeNode) -> None:

@@ -82,6 +82,8 @@ def to_text(graph: Graph, *, containers: bool = True) -> str:
             lines.append(f"  container {c.name}: {c.dtype}{_shape(c.shape)} {c.role.value}")
     lines.append("  inputs " + ", ".join(graph.inputs))
     lines.append("  outputs " + ", ".join(graph.outputs))
+    from ir.memory import buffers_to_text  # the buffer plan of memory_reuse, if any
+    lines.extend("  " + line for line in buffers_to_text(graph))
     for n in graph.nodes.values():
         lines.extend("  " + line for line in node_to_text(n).splitlines())
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ from ir.errors import StudioError
 from studio.session import load_graph
 from studio.reports import dump_json, junit_xml, report_json, write_atomic
 from transforms.history import check_model, load
+from transforms.registry import create
 from transforms.replay import StepReport, replay
 
 
@@ -28,6 +29,14 @@ def parse_tolerance(text: str) -> float:
         return float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         raise StudioError(f"--tolerance expects a number or a percentage like 5%, got {text!r}") from None
+
+
+def _tolerance(name: str, params: dict) -> float:
+    """The stated output tolerance of a step's transformation (lossy ones, e.g. mixed_precision)."""
+    try:
+        return create(name, params).tolerance
+    except StudioError:
+        return 0.0          # the replay itself reports the unknown transformation
 
 
 def _baseline_bytes(path: str) -> int:
@@ -73,6 +82,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     tolerance = parse_tolerance(args.tolerance)
     baseline = _baseline_bytes(args.baseline) if args.baseline else None
     feeds = feeds_for(graph) if args.check or args.check_each else None
+    rtol = max([args.rtol] + [_tolerance(s.transformation, s.params) for s in hist.steps])
     reference = run(graph, feeds) if feeds is not None else None
     failures: dict[int, str] = {}
 
@@ -81,14 +91,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if rep.expected_bytes is not None and rep.bytes > rep.expected_bytes:
             failures[rep.step] = (f"bytes regressed: {rep.bytes} > recorded {rep.expected_bytes}")
         if args.check_each:
-            bad = compare(reference, run(graph, feeds), args.rtol)
+            bad = compare(reference, run(graph, feeds), rtol)
             if bad:
                 failures[rep.step] = "numeric mismatch: " + "; ".join(bad[:3])
 
     with _Progress(len(hist.steps), args.quiet) as progress:
         reports = replay(graph, hist, on_step=on_step, path=args.history)
     if args.check and not args.check_each:
-        bad = compare(reference, run(graph, feeds), args.rtol)
+        bad = compare(reference, run(graph, feeds), rtol)
         if bad:
             failures[reports[-1].step] = "numeric mismatch: " + "; ".join(bad[:3])
     if baseline is not None and reports[-1].bytes > baseline * (1 + tolerance):
@@ -128,7 +138,7 @@ def add_parser(sub) -> None:
     p.add_argument("history", help="a dcstudio-history JSON file")
     p.add_argument("--check", action="store_true", help="run the reference executor before and after; compare")
     p.add_argument("--check-each", action="store_true", help="compare outputs after every step")
-    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --check (default 1e-4)")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --check (default 1e-4, or the loosest stated tolerance of the history's transformations)")
     p.add_argument("--json", metavar="REPORT", help="write a per-step JSON report")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one test case per step)")
     p.add_argument("--baseline", metavar="B.json", help="a previous --json report; fail when bytes regress")

@@ -9,6 +9,7 @@ Package map (data flow: ``Graph`` + ``Match`` → ``engine.apply`` → ``Applica
                     ``ranked`` (matches by predicted bytes saved, with why-not reasons)
 - ``scopes.py``     editing map scopes (copy/rename bodies, find accesses)
 - ``fusion.py``     the fusion operations (point fusion, producer inlining, consumer absorption)
+- ``kernel_slices.py`` trimming a map to the statements an output needs; ``phases.py`` forward vs backward
 - ``history.py``    the history value and its JSON file format; ``replay.py`` replays one
 - ``<name>.py``     one transformation each (file stem = registry name), listed below
 - ``autodiff/``     training-graph generation (gradient rules, losses, optimizers)
@@ -22,6 +23,9 @@ import importlib
 TRANSFORMATION_MODULES = sorted([
     "expand",
     "map_fusion",
+    "memory_reuse",
+    "mixed_precision",
+    "recompute",
     "select_impl",
 ])
 

@@ -92,6 +92,7 @@ class Transformation:
 
     name: ClassVar[str] = ""
     level: ClassVar[int] = 0
+    tolerance: ClassVar[float] = 1e-4   # how far outputs may move (relative); lossy rewrites raise it
 
     @classmethod
     def instances(cls) -> list["Transformation"]:

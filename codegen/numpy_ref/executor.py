@@ -106,9 +106,12 @@ def _run_op(graph: Graph, node: OpNode, env) -> dict[str, np.ndarray]:
                     extra={"impl": node.impl} if node.impl != "default" else {})
     res = fn(ins, node.attrs, ctx)
     out = {}
-    for m, val in zip(node.outputs, res):
+    for m, val, dt in zip(node.outputs, res, dts):
         if m is not None:
-            out[m.container] = np.asarray(val)
+            arr = np.asarray(val)
+            if dt is not None and arr.dtype != dt and arr.dtype.kind in "fV" and dt.kind in "fV":
+                arr = arr.astype(dt)  # e.g. a bf16 operand must not make a float32 result bf16
+            out[m.container] = arr
     return out
 
 

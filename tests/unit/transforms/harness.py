@@ -3,7 +3,8 @@
 ``assert_applies(graph, t, match, rtol)`` applies ``t`` at ``match`` on a clone and asserts:
 the check passes; the graph verifies; the reference executor gives the same outputs
 before and after (within ``rtol`` of each output's scale); and the predicted Δ equals a
-full recount's difference. It returns the Application and the new graph.
+full recount's difference (``rtol`` defaults to 1e-5, or the
+transformation's own stated tolerance when that is looser). It returns the Application and the new graph.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from transforms import engine
 from transforms.base import Application, Match, Transformation
 
 
-def assert_applies(graph: Graph, t: Transformation, match: Match, rtol: float = 1e-5,
+def assert_applies(graph: Graph, t: Transformation, match: Match, rtol: float | None = None,
                    feeds: dict | None = None) -> tuple[Application, Graph]:
     res = t.check(graph, match)
     assert res.ok, f"{t.name} should apply at {match.anchors}: {res.reason}"
@@ -30,9 +31,14 @@ def assert_applies(graph: Graph, t: Transformation, match: Match, rtol: float = 
     assert after_total - before_total == app.delta, (
         f"predicted Δ {app.delta} != recount {after_total - before_total}")
     feeds = feeds if feeds is not None else feeds_for(graph)
-    problems = compare(run(graph, feeds), run(work, feeds), rtol)
+    problems = compare(run(graph, feeds), run(work, feeds), rtol if rtol is not None else _default_rtol(t))
     assert not problems, f"{t.name} changed outputs: {problems}"
     return app, work
+
+
+def _default_rtol(t: Transformation) -> float:
+    """1e-5 for exact rewrites; a lossy one (mixed_precision) is held to its stated tolerance."""
+    return 1e-5 if t.tolerance <= 1e-4 else t.tolerance
 
 
 def assert_fails(graph: Graph, t: Transformation, match: Match, *needles: str) -> str:
