@@ -12,6 +12,7 @@ Package map (data flow: ONNX file → ``onnx_load`` → ``ort_training`` → ``s
 - ``maps.py``        map memlet propagation (footprints, volumes, trip counts)
 - ``lowering/``      progressive lowering: OpNode → one MapNode of tasklets
 - ``movement.py``    Estimate, per-kernel bytes/accesses/FLOPs, compulsory lower bound
+- ``fused_ops.py``   library nodes made by fusions: contractions with an epilogue, grouped contractions
 - ``onnx_*.py``, ``ort_training.py``, ``shape_infer.py``  ONNX import
 - ``claimed_ops.py`` the ops the importer claims
 - ``ids.py``         deterministic ids from ONNX names

@@ -30,10 +30,13 @@ def _attr(v) -> str:
     return repr(v)
 
 
+NESTED_ATTRS = ("epilogue", "members")   # fused nodes (ir.fused_ops): printed below the op line
+
+
 def op_to_text(n: OpNode) -> str:
     ins = ", ".join(m.container if m is not None else "_" for m in n.inputs)
     outs = ", ".join(m.container if m is not None else "_" for m in n.outputs)
-    attrs = ", ".join(f"{k}={_attr(v)}" for k, v in sorted(n.attrs.items()))
+    attrs = ", ".join(f"{k}={_attr(v)}" for k, v in sorted(n.attrs.items()) if k not in NESTED_ATTRS)
     impl = f" impl={n.impl}" if n.impl != "default" else ""
     attrs_txt = f" {{{attrs}}}" if attrs else ""
     return f"%{n.id} = {n.qualified_type}({ins}){attrs_txt} -> ({outs}){impl}"
@@ -67,9 +70,23 @@ def map_to_text(m: MapNode, indent: str = "") -> list[str]:
     return lines
 
 
+def _nested_lines(attrs: dict, indent: str) -> list[str]:
+    """A fused node's epilogue map and grouped members, indented under its op line."""
+    from ir.serialize import _node_from_json
+    lines = []
+    if "epilogue" in attrs:
+        epi = map_to_text(_node_from_json(attrs["epilogue"]), indent)
+        lines.extend([epi[0].replace("map[", "epilogue map[", 1)] + epi[1:])
+    for k, rec in enumerate(attrs.get("members", ())):
+        dom = f"{rec['domain']}::" if rec["domain"] else ""
+        lines.append(f"{indent}member {k}: {dom}{rec['op_type']}(inputs {rec['inputs']}) -> (outputs {rec['outputs']})")
+        lines.extend(_nested_lines(rec["attrs"], indent + "  "))
+    return lines
+
+
 def node_to_text(n) -> str:
     if isinstance(n, OpNode):
-        return op_to_text(n)
+        return "\n".join([op_to_text(n)] + _nested_lines(n.attrs, "  "))
     return "\n".join(map_to_text(n))
 
 

@@ -22,10 +22,14 @@ import importlib
 
 TRANSFORMATION_MODULES = sorted([
     "expand",
+    "gemm_epilogue_fusion",
+    "horizontal_fusion",
     "map_fusion",
     "memory_reuse",
     "mixed_precision",
+    "optimizer_fusion",
     "recompute",
+    "reduction_fusion",
     "select_impl",
 ])
 

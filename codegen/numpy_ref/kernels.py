@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import (elementwise, linalg, loss, nn, optimizer, quantize, reduce, shape,  # noqa: F401
                spectral, training)
+from . import fused  # noqa: F401  (ai.dcstudio fused library nodes, made by transformations)
 
 __all__ = ["elementwise", "linalg", "loss", "nn", "optimizer", "quantize", "reduce", "shape",
            "spectral", "training"]
