@@ -188,12 +188,16 @@ def library_flops(graph: Graph, node: OpNode) -> int | None:
         return fused_flops(graph, node)
     shape = lambda k: graph.container(node.inputs[k].container).concrete_shape(graph.bindings)  # noqa: E731
     op = node.op_type
-    if op not in ("MatMul", "FusedMatMul", "Gemm", "Conv", "ConvTranspose", "ConvGrad"):
+    if op not in ("MatMul", "FusedMatMul", "Gemm", "Conv", "ConvTranspose", "ConvGrad", "Einsum"):
         return None
+    if op == "Einsum":
+        return _einsum_flops(graph, node)
     first = next(m for m in node.outputs if m is not None)
     out_shape = graph.container(first.container).concrete_shape(graph.bindings)
     if op in ("MatMul", "FusedMatMul"):
         a = shape(0)
+        if op == "FusedMatMul" and node.attrs.get("transBatchA") and len(a) > 2:
+            a = a[1:-1] + (a[0], a[-1])            # transBatch moves axis 0 to rank-2 first
         k = a[-2] if node.attrs.get("transA") else a[-1]
         return 2 * math.prod(out_shape) * k
     if op == "Gemm":
@@ -210,6 +214,18 @@ def library_flops(graph: Graph, node: OpNode) -> int | None:
         dy = shape(0)
         return 2 * 2 * math.prod(w[1:]) * math.prod(dy)  # dX and dW, each one conv's worth
     raise AssertionError(op)
+
+
+def _einsum_flops(graph: Graph, node: OpNode) -> int | None:
+    """A two-operand Einsum: one multiply-add (2 FLOPs) per point of the space of all its letters."""
+    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    terms = eq.split("->")[0].split(",")
+    if "->" not in eq or "..." in eq or len(terms) != 2 or len(node.inputs) != 2:
+        return None
+    sizes: dict[str, int] = {}
+    for term, m in zip(terms, node.inputs):
+        sizes.update(zip(term, graph.container(m.container).concrete_shape(graph.bindings)))
+    return 2 * math.prod(sizes.values())
 
 
 def lower_bound(graph: Graph) -> int:

@@ -10,6 +10,8 @@ Package map (data flow: ``Graph`` + ``Match`` → ``engine.apply`` → ``Applica
 - ``scopes.py``     editing map scopes (copy/rename bodies, find accesses)
 - ``fusion.py``     the fusion operations (point fusion, producer inlining, consumer absorption)
 - ``kernel_slices.py`` trimming a map to the statements an output needs; ``phases.py`` forward vs backward
+- ``views.py``, ``layouts.py``, ``contractions.py``  view/transposition algebra and GEMMs in index form
+- ``rewiring.py``  pointing kernels at other containers; ``fold_rules.py`` NumPy folding of shape ops
 - ``history.py``    the history value and its JSON file format; ``replay.py`` replays one
 - ``<name>.py``     one transformation each (file stem = registry name), listed below
 - ``autodiff/``     training-graph generation (gradient rules, losses, optimizers)
@@ -21,16 +23,20 @@ from __future__ import annotations
 import importlib
 
 TRANSFORMATION_MODULES = sorted([
+    "constant_folding",
     "expand",
     "gemm_epilogue_fusion",
     "horizontal_fusion",
+    "layout_select",
     "map_fusion",
     "memory_reuse",
     "mixed_precision",
     "optimizer_fusion",
     "recompute",
     "reduction_fusion",
+    "reshape_elimination",
     "select_impl",
+    "transpose_elimination",
 ])
 
 for _name in TRANSFORMATION_MODULES:

@@ -1,0 +1,109 @@
+"""layout_select: store a tensor permuted — writers and readers follow, transposes vanish, strides become unit."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from onnx import helper, numpy_helper
+
+from ir import lowering
+from ir.onnx_import import import_model, import_proto
+from ir.printer import node_to_text
+from tests.unit.ir.onnx_models import model, vi
+from tests.unit.transforms.harness import assert_applies, assert_fails
+from transforms import engine
+from transforms.registry import create
+
+F32 = 4
+BERT = Path(__file__).resolve().parents[3] / "resources" / "examples" / "bert_layer_base_train.onnx"
+
+
+def _two_reader_graph():
+    """h = relu(x) is read by a transpose (into a Softmax) and by a Neg map."""
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+             helper.make_node("Transpose", ["h"], ["ht"], name="T", perm=[1, 0]),
+             helper.make_node("Softmax", ["ht"], ["s"], name="sm", axis=-1),
+             helper.make_node("Neg", ["h"], ["z"], name="neg")]
+    g = import_proto(model(nodes, [vi("x", [3, 5])], [vi("s", [5, 3]), vi("z", [3, 5])]))
+    lowering.expand_node(g, "relu")
+    lowering.expand_node(g, "neg")
+    return g
+
+
+def test_matches_offer_the_layout_a_transpose_reads():
+    g = _two_reader_graph()
+    t = create("layout_select")
+    assert [m.anchors for m in t.matches(g)] == [("relu/expanded", "T")]
+
+
+def test_transpose_vanishes_when_its_source_is_stored_transposed():
+    g = _two_reader_graph()
+    assert_fails(g, create("transpose_elimination"), create("transpose_elimination").match("T"),
+                 "'h' is also read by 'neg/expanded'", "'sm' (Softmax) cannot access 'ht'")
+    t = create("layout_select")
+    app, work = assert_applies(g, t, t.match("relu/expanded", "T"))
+    assert app.removed == ("T",) and work.container("h").shape == (5, 3)
+    assert "h[i1, i0] = max(x[i0, i1], 0.0)" in node_to_text(work.nodes["relu/expanded"])
+    assert "h[i1, i0]" in node_to_text(work.nodes["neg/expanded"]) and work.nodes["sm"].input_names() == ["h"]
+    assert app.delta.bytes == -2 * 3 * 5 * F32
+
+
+def test_an_explicit_perm_gives_the_same_rewrite():
+    g = _two_reader_graph()
+    t = create("layout_select", {"perm": [1, 0]})
+    assert [m.anchors for m in t.matches(g)] == [("relu/expanded", "T")]
+    app, _ = assert_applies(g, t, t.match("relu/expanded"))
+    assert app.removed == ("T",)
+
+
+def _strided_graph():
+    """ht = (x + b)ᵀ written by the Add map after transpose_elimination: ht[i1, i0] (stride 4)."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32), "w")
+    nodes = [helper.make_node("Add", ["x", "b"], ["h"], name="add"),
+             helper.make_node("Transpose", ["h"], ["ht"], name="T", perm=[1, 0]),
+             helper.make_node("MatMul", ["ht", "w"], ["y"], name="mm")]
+    g = import_proto(model(nodes, [vi("x", [4, 6]), vi("b", [6])], [vi("y", [6, 5])], [w]))
+    lowering.expand_all(g)
+    engine.apply(g, create("transpose_elimination"), create("transpose_elimination").match("T/expanded"))
+    return g
+
+
+def test_unit_stride_layout_keeps_bytes_and_turns_the_reader_into_a_flagged_gemm():
+    g = _strided_graph()
+    assert "ht[i1, i0]" in node_to_text(g.nodes["add/expanded"])
+    t = create("layout_select")
+    assert [m.anchors for m in t.matches(g)] == [("add/expanded",)]
+    app, work = assert_applies(g, t, t.match("add/expanded"))
+    assert "ht[i0, i1] = (x[i0, i1] + b[i1])" in node_to_text(work.nodes["add/expanded"])
+    mm = work.nodes["mm"]
+    assert (mm.op_type, mm.attrs, work.container("ht").shape) == ("Gemm", {"transA": 1}, (4, 6))
+    assert app.delta.bytes == 0 and app.delta.flops == 0
+    assert not list(t.matches(work))                         # now unit-stride: nothing more to offer
+
+
+def test_near_misses():
+    g = _two_reader_graph()
+    t = create("layout_select")
+    assert_fails(g, create("layout_select", {"perm": [1, 0]}), t.match("neg/expanded"),
+                 "'z' is not a transient intermediate")
+    assert_fails(g, create("layout_select", {"perm": [0, 1]}), t.match("relu/expanded"),
+                 "[0, 1] is not a non-trivial permutation")
+    assert_fails(g, t, t.match("relu/expanded", "neg/expanded"), "every map access of 'h' is already unit-stride")
+    assert_fails(g, t, t.match("neg/expanded", "T"), "'T' reads nothing that 'neg/expanded' writes")
+    g.outputs.remove("s")
+    g2 = import_proto(model([helper.make_node("Relu", ["x"], ["h"], name="relu"),
+                             helper.make_node("Softmax", ["h"], ["s"], name="sm")],
+                            [vi("x", [3, 5])], [vi("s", [3, 5])]))
+    assert_fails(g2, create("layout_select", {"perm": [1, 0]}), t.match("relu"),
+                 "'h' cannot be stored as transpose(…, [1, 0])", "'relu' (Relu) cannot access 'h'")
+
+
+def test_bert_weight_gradient_layout_makes_its_transpose_vanish():
+    g = import_model(BERT)
+    t = create("layout_select")
+    ms = {m.anchors[-1]: m for m in t.matches(g)}
+    app = engine.apply(g, t, ms["/layer/output/dense/Transpose_Grad/Transpose_0"])
+    assert app.bytes_saved == 2 * 768 * 3072 * F32
+    gemm = g.nodes["/layer/output/dense/MatMul_Grad/Gemm_5"]
+    assert gemm.attrs == {"transA": 1} and g.container("/layer/output/dense/Transpose_output_0_grad").shape == \
+        (768, 3072)
