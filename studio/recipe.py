@@ -28,16 +28,17 @@ class Pass:
 
 
 SUBSTATION: tuple[Pass, ...] = (
-    Pass("constant_folding"),
-    Pass("reshape_elimination"),
-    Pass("transpose_elimination"),
-    Pass("expand"),
+    Pass("constant_folding"),          # Shape/Size of static tensors and shape arithmetic
+    Pass("reshape_elimination"),       # views become re-indexed reads (0 bytes)
+    Pass("expand"),                    # elementwise, softmax, layernorm, … into maps
+    Pass("map_fusion"),                # elementwise chains (bias+dropout+residual, AdamW algebra)
+    Pass("reduction_fusion"),          # scale+mask into softmax, bdrln into layernorm, and backward
+    Pass("optimizer_fusion"),          # AdamW into the kernels producing the gradients
+    Pass("gemm_epilogue_fusion"),      # bias / activation / update into GEMM outputs
+    Pass("horizontal_fusion"),         # Q/K/V projections, sibling backward GEMMs
+    Pass("transpose_elimination"),     # remaining transposes into GEMM flags / memlets
     Pass("map_fusion"),
     Pass("reduction_fusion"),
-    Pass("horizontal_fusion"),
-    Pass("gemm_epilogue_fusion"),
-    Pass("optimizer_fusion"),
-    Pass("map_fusion"),
 )
 
 RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION,
@@ -63,13 +64,11 @@ def run_pass(session: Session, p: Pass, on_step: Callable[[str, int], None] | No
 
 def run_recipe(session: Session, passes: tuple[Pass, ...] = SUBSTATION, *,
                on_step: Callable[[str, int], None] | None = None,
-               stop: Callable[[], bool] | None = None, skip_missing: bool = True) -> dict[str, int]:
+               stop: Callable[[], bool] | None = None) -> dict[str, int]:
     """Run the passes in order; returns applications per transformation name."""
     counts: dict[str, int] = {}
     for p in passes:
         if p.transformation not in TRANSFORMATIONS:
-            if skip_missing:
-                continue
             raise StudioError(f"recipe pass '{p.transformation}' is not a known transformation")
         counts[p.transformation] = counts.get(p.transformation, 0) + run_pass(session, p, on_step, stop)
     return counts
