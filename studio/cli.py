@@ -118,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     ins.set_defaults(func=_cmd_inspect)
     ops = sub.add_parser("ops", help="list the ops the importer supports")
     ops.set_defaults(func=_cmd_ops)
-    from studio import recipe_cmd, replay_cmd, train_graph_cmd
+    from studio import open_cmd, recipe_cmd, replay_cmd, train_graph_cmd
     replay_cmd.add_parser(sub)
+    open_cmd.add_parser(sub)
     recipe_cmd.add_parser(sub)
     train_graph_cmd.add_parser(sub)
     return p

@@ -1,0 +1,38 @@
+"""The Qt studio (PySide6, the ``gui`` extra): the only package that imports Qt.
+
+Data flow: ``Session`` (headless) → ``QtMainWindow`` observes it → ``refresh`` →
+scope tree → per-group layouts (``dot`` in a subprocess) → placement → scene items;
+user edits → ``commands.ApplyCommand`` on the QUndoStack → ``Session.apply/undo/redo``.
+
+Qt-free (tested without a display):
+
+- ``passes.py``        forward / backward / optimizer per kernel (for the mirrored layout)
+- ``scope_tree.py``    kernels grouped by ONNX name scopes; chunking; aggregated edges
+- ``layout.py``        layout shapes, the signature cache, ``run_layout`` (subprocess, timeout,
+                       cancel), quick ``layered`` and ``patched`` layouts
+- ``layout_proc.py``   the layout child process (pygraphviz ``dot`` → json0 → boxes and curves)
+- ``placement.py``     nested group layouts → absolute positions of frames, boxes, edges
+- ``heatmap.py``       linear / log / rank scaling and the colour ramp
+- ``describe.py``      box labels, edge tooltips, the properties HTML
+- ``ranking.py``       ranked matches per Selection / Viewport / Whole graph; ``preview``
+- ``loading.py``       open a model and replay histories into a new Session (off the GUI thread)
+- ``jobs.py``          ``CancelToken``, ``Cancelled``
+- ``screenshots.py``   real-window screenshots under Xvfb (``python -m studio.gui.screenshots DIR``)
+
+Qt:
+
+- ``qt_app.py``         ``run(model, history)``: the application (``dcstudio open``)
+- ``qt_main_window.py`` the window: docks, undo stack, refresh, tasks, files, messages
+- ``qt_menus.py``       actions, menus, shortcuts, recent files
+- ``commands.py``       ``ApplyCommand`` (one Session method per redo/undo)
+- ``qt_graph_view.py``  the graph view (expand/collapse, marks, heatmap, selection, tooltips)
+- ``qt_scene.py``       the scene, synced incrementally with a placement
+- ``qt_graph_items.py`` box, frame and edge items (level-of-detail drawing)
+- ``qt_overlays.py``    heatmap legend, minimap
+- ``qt_transformations.py``, ``qt_ranking.py``  the Transformations dock and its background ranking
+- ``qt_movement.py``    the Data movement dock (totals, kernel table, trend plot)
+- ``qt_properties.py``, ``qt_history.py``, ``qt_find.py``, ``qt_palette.py``, ``qt_batch.py``
+                        properties, history (QUndoView), find, command palette, apply-all
+- ``qt_workers.py``     ``QtTask`` (QThreadPool work with progress and cancel), ``QtTaskBar``
+- ``qt_dialogs.py``, ``qt_text.py``  non-modal messages; a status line that does not re-lay out
+"""

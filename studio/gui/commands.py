@@ -1,0 +1,53 @@
+"""Undoable edits: QUndoCommands that call one ``Session`` method each (widgets never edit the graph).
+
+``ApplyCommand`` applies a transformation on its first ``redo`` (``Session.apply``),
+re-applies it with ``Session.redo`` afterwards, and ``undo`` is ``Session.undo``.
+A command made for a step the session already holds (a replayed history) starts
+*done*: pushing it does not apply it again. When the first apply fails, the command
+keeps the error and marks itself obsolete, so ``QUndoStack.push`` drops it; the
+window then shows the error. Reverting to a step is ``QUndoStack.setIndex``.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from PySide6.QtGui import QUndoCommand
+
+from ir.errors import StudioError
+from studio.session import Session
+
+
+def step_text(name: str, anchors: Sequence[str], saved: int | None = None) -> str:
+    where = anchors[0] if len(anchors) == 1 else f"{anchors[0]} +{len(anchors) - 1}" if anchors else "graph"
+    gain = f"  ({-saved / 1e6:+.2f} MB)" if saved else ""
+    return f"{name} @ {where}{gain}"
+
+
+class ApplyCommand(QUndoCommand):
+    """Apply transformation ``name`` at ``anchors`` (see the module docstring)."""
+
+    def __init__(self, session: Session, name: str, anchors: Sequence[str],
+                 params: Mapping[str, Any] | None = None, *, done: bool = False, text: str = "") -> None:
+        super().__init__(text or step_text(name, anchors))
+        self.session, self.name, self.anchors, self.params = session, name, tuple(anchors), dict(params or {})
+        self.pending = not done          # the first redo applies; later ones re-apply the kept state
+        self.skip_redo = done            # a replayed step: push() must not apply it again
+        self.error: StudioError | None = None
+        self.application = None
+
+    def redo(self) -> None:
+        if self.skip_redo:
+            self.skip_redo = False
+        elif self.pending:
+            try:
+                self.application = self.session.apply(self.name, self.anchors, self.params)
+                self.pending = False
+                self.setText(step_text(self.name, self.anchors, self.application.delta.bytes))
+            except StudioError as e:
+                self.error = e
+                self.setObsolete(True)
+        else:
+            self.session.redo()
+
+    def undo(self) -> None:
+        self.session.undo()

@@ -1,0 +1,126 @@
+"""Text the GUI shows about kernels, groups and containers: box labels, edge tooltips, properties.
+
+Pure functions of the graph, its ``Ledger`` and the scope tree (no Qt), so they are
+tested without a display. Properties are small HTML documents (escaped: names
+come from the model file) with the printed IR of the kernel (``ir.printer``).
+"""
+from __future__ import annotations
+
+import html
+
+from ir.graph import Graph
+from ir.movement import Estimate, Ledger
+from ir.nodes import MapNode, OpNode
+from ir.printer import node_to_text
+from studio.cli import human_bytes, human_count
+from studio.gui.scope_tree import ScopeTree
+
+MAX_EDGE_LINES = 8
+
+
+def kernel_title(node: OpNode | MapNode) -> str:
+    if isinstance(node, OpNode):
+        return node.qualified_type + (f" [{node.impl}]" if node.impl != "default" else "")
+    return f"map[{len(node.params)}d] {len(node.body)} tasklet{'s' * (len(node.body) != 1)}"
+
+
+def box_text(graph: Graph, tree: ScopeTree, ledger: Ledger, key: str) -> tuple[str, str]:
+    """(title, subtitle) of a box: op type and name, or group label and its size and bytes."""
+    if tree.is_group(key):
+        g = tree.groups[key]
+        moved = sum((ledger.kernels.get(i, Estimate()) for i in tree.members(key)), Estimate()).bytes
+        return f"⊞ {g.label}", f"{g.size} kernels · {human_bytes(moved)}"
+    node = graph.nodes[key]
+    return kernel_title(node), tree.label(key)
+
+
+def container_line(graph: Graph, name: str) -> str:
+    c = graph.containers[name]
+    try:
+        size = human_bytes(c.nbytes(graph.bindings))
+    except KeyError:
+        size = "? B"
+    shape = ", ".join(str(d) for d in c.shape)
+    return f"{name}: {c.dtype}[{shape}] {c.role.value} · {size}"
+
+
+def container_bytes(graph: Graph, name: str) -> int:
+    try:
+        return graph.containers[name].nbytes(graph.bindings)
+    except KeyError:
+        return 0
+
+
+def edge_tooltip(graph: Graph, containers: list[str]) -> str:
+    """The containers an aggregated edge carries, with shapes and bytes (the first few)."""
+    total = sum(container_bytes(graph, n) for n in containers)
+    lines = [f"{len(containers)} container{'s' * (len(containers) != 1)}, {human_bytes(total)}"]
+    lines += [container_line(graph, n) for n in containers[:MAX_EDGE_LINES]]
+    if len(containers) > MAX_EDGE_LINES:
+        lines.append(f"… and {len(containers) - MAX_EDGE_LINES} more")
+    return "\n".join(lines)
+
+
+def _row(*cells: str) -> str:
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _memlet_rows(graph: Graph, memlets, direction: str) -> list[str]:
+    rows = []
+    for k, m in enumerate(memlets):
+        if m is None:
+            rows.append(_row(f"{direction}{k}", "<i>omitted</i>", "", ""))
+            continue
+        c = graph.containers[m.container]
+        shape = ", ".join(str(d) for d in c.shape)
+        rows.append(_row(f"{direction}{k}", html.escape(m.to_text()), f"{c.dtype}[{shape}] {c.role.value}",
+                         human_bytes(container_bytes(graph, m.container))))
+    return rows
+
+
+def _figures(est: Estimate) -> str:
+    return (f"<p><b>read</b> {human_bytes(est.bytes_read)} · <b>written</b> {human_bytes(est.bytes_written)} · "
+            f"<b>FLOPs</b> {human_count(est.flops)} · <b>intensity</b> {est.intensity:.2f} FLOP/B · "
+            f"<b>accesses</b> {human_count(est.accesses)}</p>")
+
+
+def kernel_html(graph: Graph, tree: ScopeTree, ledger: Ledger, ident: str) -> str:
+    """Properties of one kernel: identity, attributes, memlets with shapes, figures and printed IR."""
+    node = graph.nodes[ident]
+    esc = html.escape
+    parts = [f"<h3>{esc(kernel_title(node))}</h3>",
+             f"<p><b>id</b> {esc(node.id)}<br><b>name</b> {esc(node.name)}<br>"
+             f"<b>pass</b> {tree.passes[ident].value if tree.passes.get(ident) else '?'}"
+             + (f"<br><b>created by</b> {esc(node.provenance[0])} (step {node.provenance[1]})"
+                if node.provenance else "") + "</p>"]
+    if isinstance(node, OpNode):
+        parts.append(f"<p><b>domain</b> {esc(node.domain or 'ai.onnx')} · <b>opset</b> {node.opset} · "
+                     f"<b>impl</b> {esc(node.impl)}</p>")
+        if node.attrs:
+            parts.append("<table>" + "".join(_row(f"<b>{esc(k)}</b>", esc(_short(v)))
+                                             for k, v in sorted(node.attrs.items())) + "</table>")
+    parts.append(_figures(ledger.kernels.get(ident, Estimate())))
+    parts.append("<table cellspacing=4><tr><th>slot</th><th>memlet</th><th>container</th><th>bytes</th></tr>"
+                 + "".join(_memlet_rows(graph, node.inputs, "in") + _memlet_rows(graph, node.outputs, "out"))
+                 + "</table>")
+    parts.append(f"<pre>{esc(node_to_text(node))}</pre>")
+    return "".join(parts)
+
+
+def group_html(graph: Graph, tree: ScopeTree, ledger: Ledger, key: str) -> str:
+    g = tree.groups[key]
+    members = tree.members(key)
+    est = sum((ledger.kernels.get(i, Estimate()) for i in members), Estimate())
+    ops: dict[str, int] = {}
+    for i in members:
+        title = kernel_title(graph.nodes[i])
+        ops[title] = ops.get(title, 0) + 1
+    top = ", ".join(f"{html.escape(k)} ×{v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:12])
+    return (f"<h3>group {html.escape(g.label)}</h3><p><b>scope</b> {html.escape(key.removeprefix('group:'))}"
+            f"<br><b>kernels</b> {g.size} · <b>pass</b> {g.pass_.value if g.pass_ else 'mixed'}</p>"
+            + _figures(est) + f"<p>{top}</p>")
+
+
+def _short(v) -> str:
+    text = repr(v.tolist()) if hasattr(v, "tolist") else repr(v)
+    return text if len(text) <= 120 else text[:117] + "…"

@@ -1,0 +1,42 @@
+"""Cancellation for long work run off the GUI thread (layout, ranking, loading): no Qt here.
+
+A ``CancelToken`` is shared between the GUI (which calls ``cancel``) and the
+worker (which calls ``check`` between units of work, or polls ``cancelled``).
+``check`` raises ``Cancelled``; workers let it propagate so the task ends cleanly.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from ir.errors import StudioError
+
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, what)``: a worker reports how far it got."""
+
+
+class Cancelled(StudioError):
+    """The user (or a newer request) cancelled the work."""
+
+
+class CancelToken:
+    """A thread-safe cancellation flag."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def check(self, what: str = "the task") -> None:
+        """Raise ``Cancelled`` when cancellation was requested."""
+        if self._event.is_set():
+            raise Cancelled(f"{what} was cancelled")
+
+
+def no_progress(done: int, total: int, what: str) -> None:
+    """A ``Progress`` that reports nowhere."""

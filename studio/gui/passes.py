@@ -1,0 +1,78 @@
+"""Which pass each kernel belongs to: forward, backward or optimizer (for the mirrored layout).
+
+- **forward**: the kernels the loss depends on (ancestors of the graph outputs whose
+  role is ``output``). A graph without such a loss beside other outputs (a plain
+  forward model) is all forward.
+- **optimizer**: the other kernels that read optimizer state or descend from one
+  that does, plus those that depend on no forward kernel and only feed optimizer
+  kernels (bias corrections such as ``1 - beta1^t``).
+- **backward**: everything else. Kernels between a gradient and the state update
+  that read no state (AdamW's ``g*g``) count as backward: structurally they cannot
+  be told apart from the weight-gradient kernels that only feed the optimizer (the
+  input of a layer needs no gradient), and the difference only changes a colour
+  and an edge direction in the layout.
+
+The view lays backward kernels out with reversed edges so the backward pass sits
+mirrored beside the forward pass (FACTS.md "Graph layout").
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+from ir.containers import Role
+from ir.graph import Graph
+
+
+class Pass(Enum):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+
+
+def _ancestors(graph: Graph, seeds: list[str]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(seeds)
+    while stack:
+        ident = stack.pop()
+        if ident in seen:
+            continue
+        seen.add(ident)
+        stack.extend(p.id for p in graph.predecessors(graph.nodes[ident]))
+    return seen
+
+
+def _forward(graph: Graph) -> set[str]:
+    losses = [o for o in graph.outputs if graph.containers[o].role is Role.OUTPUT]
+    if not losses or len(losses) == len(graph.outputs):
+        return set(graph.nodes)
+    seeds = [p.id for o in losses if (p := graph.producer(o)) is not None]
+    return _ancestors(graph, seeds)
+
+
+def _hyperparameter_feeders(graph: Graph, rest: list, forward: set[str], optimizer: set[str]) -> set[str]:
+    """Kernels depending on no forward kernel whose users are all optimizer kernels (``1 - beta1^t``)."""
+    touches_forward: set[str] = set()
+    for node in rest:
+        if any(p.id in forward or p.id in touches_forward for p in graph.predecessors(node)):
+            touches_forward.add(node.id)
+    out = set(optimizer)
+    for node in reversed(rest):
+        succ = graph.successors(node)
+        if node.id not in touches_forward and succ and all(s.id in out for s in succ):
+            out.add(node.id)
+    return out
+
+
+def classify(graph: Graph) -> dict[str, Pass]:
+    """``node id -> Pass`` for every kernel (see the module docstring)."""
+    forward = _forward(graph)
+    order = [n for n in graph.nodes.values() if n.id not in forward]
+    state = {c.name for c in graph.containers.values() if c.role is Role.OPTIMIZER_STATE}
+    optimizer: set[str] = set()
+    for node in order:                              # topological: seeds and their descendants
+        reads = {m.container for m in node.inputs if m is not None}
+        if reads & state or any(p.id in optimizer for p in graph.predecessors(node)):
+            optimizer.add(node.id)
+    optimizer = _hyperparameter_feeders(graph, order, forward, optimizer)
+    return {ident: (Pass.FORWARD if ident in forward else Pass.OPTIMIZER if ident in optimizer else Pass.BACKWARD)
+            for ident in graph.nodes}

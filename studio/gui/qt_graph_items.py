@@ -1,0 +1,218 @@
+"""Scene items of the graph view: boxes (kernels, collapsed groups), open-group frames, edges.
+
+Level of detail: below ``LOD_TEXT`` (zoomed out) boxes are drawn as plain filled
+rectangles without text, and below ``LOD_SIMPLE`` edges become straight lines
+without arrowheads. Items carry their key (a kernel id or a group key) and a set
+of *marks* that the view sets: ``hover`` (affected by the hovered match),
+``search``/``current`` (find), ``removed``/``changed``/``added`` (preview). A box's
+fill is its pass colour, or its heat colour when the heatmap is on.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import (QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPainterPathStroker, QPen,
+                           QPolygonF)
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QStyleOptionGraphicsItem
+
+from studio.gui.passes import Pass
+
+LOD_TEXT = 0.45
+LOD_SIMPLE = 0.25
+PASS_COLORS = {Pass.FORWARD: ("#dbe9f6", "#4a7bb7"), Pass.BACKWARD: ("#fde2c8", "#c2772c"),
+               Pass.OPTIMIZER: ("#dcefd9", "#4f9a4a"), None: ("#ececec", "#8a8a8a")}
+MARK_COLORS = {"removed": "#d62728", "changed": "#ff9f1c", "added": "#2ca02c", "current": "#1f4fff",
+               "search": "#5b8cff", "hover": "#ffbf00"}
+MARK_ORDER = ("removed", "changed", "added", "current", "search", "hover")
+
+
+class _Style:
+    """Fonts and pens, made once a QGuiApplication exists."""
+
+    made = False
+
+    @classmethod
+    def get(cls) -> type["_Style"]:
+        if not cls.made:
+            cls.title = QFont("DejaVu Sans", 8, QFont.Weight.Bold)
+            cls.small = QFont("DejaVu Sans", 7)
+            cls.title_metrics, cls.small_metrics = QFontMetricsF(cls.title), QFontMetricsF(cls.small)
+            cls.frame_font = QFont("DejaVu Sans", 8, QFont.Weight.Bold)
+            cls.edge = QPen(QColor("#7a7a7a"), 1.2)
+            cls.edge_hover = QPen(QColor("#1f4fff"), 3.0)
+            cls.text = QPen(QColor("#1b1b1b"))
+            cls.light_text = QPen(QColor("#ffffff"))
+            cls.made = True
+        return cls
+
+
+_ELIDED: dict[tuple[bool, str, float], str] = {}
+
+
+def _elided(bold: bool, text: str, width: float) -> str:
+    """Elided label text, cached (eliding costs ~60 µs a call; labels repeat across redraws)."""
+    key = (bold, text, width)
+    if key not in _ELIDED:
+        st = _Style.get()
+        if len(_ELIDED) > 50_000:
+            _ELIDED.clear()
+        _ELIDED[key] = (st.title_metrics if bold else st.small_metrics).elidedText(
+            text, Qt.TextElideMode.ElideMiddle, width)
+    return _ELIDED[key]
+
+
+class QtBoxItem(QGraphicsItem):
+    """A kernel or a collapsed group."""
+
+    def __init__(self, key: str, rect: QRectF, title: str, subtitle: str, pass_: Pass | None,
+                 is_group: bool) -> None:
+        super().__init__()
+        self.key, self.rect, self.title, self.subtitle = key, rect, title, subtitle
+        self.pass_, self.is_group = pass_, is_group
+        width = rect.width() - 12
+        self.title_text = _elided(True, title, width)
+        self.subtitle_text = _elided(False, subtitle, width)
+        fill, border = PASS_COLORS.get(pass_, PASS_COLORS[None])
+        self.fill, self.border = QColor(fill), QColor(border)
+        self.heat: QColor | None = None
+        self.marks: set[str] = set()
+        self.setPos(rect.topLeft())
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable)
+        self.setZValue(10)
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(-3, -3, self.rect.width() + 6, self.rect.height() + 6)
+
+    def set_marks(self, marks: set[str]) -> None:
+        if marks != self.marks:
+            self.marks = marks
+            self.update()
+
+    def set_heat(self, color: QColor | None) -> None:
+        if color != self.heat:
+            self.heat = color
+            self.update()
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        st = _Style.get()
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        r = QRectF(0, 0, self.rect.width(), self.rect.height())
+        fill = self.heat if self.heat is not None else self.fill
+        mark = next((m for m in MARK_ORDER if m in self.marks), None)
+        if lod < LOD_TEXT:
+            painter.fillRect(r, QColor(MARK_COLORS[mark]) if mark else fill)
+            if self.isSelected():
+                painter.setPen(QPen(QColor("#111111"), 3.0 / max(lod, 0.05)))
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+                painter.drawRect(r)
+            return
+        width = 3.0 if mark or self.isSelected() else 1.0
+        color = QColor(MARK_COLORS[mark]) if mark else QColor("#111111") if self.isSelected() else self.border
+        pen = QPen(color, width)
+        if self.is_group:
+            pen.setStyle(Qt.PenStyle.DashLine if not mark else Qt.PenStyle.SolidLine)
+        painter.setPen(pen)
+        painter.setBrush(QBrush(fill))
+        painter.drawRoundedRect(r, 6, 6)
+        painter.setPen(st.light_text if fill.lightnessF() < 0.45 else st.text)   # readable on dark heat
+        painter.setFont(st.title)
+        inner = r.adjusted(6, 2, -6, -2)
+        top = QRectF(inner.x(), inner.y(), inner.width(), inner.height() / 2)
+        bottom = QRectF(inner.x(), inner.y() + inner.height() / 2, inner.width(), inner.height() / 2)
+        painter.drawText(top, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, self.title_text)
+        painter.setFont(st.small)
+        painter.drawText(bottom, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, self.subtitle_text)
+
+
+class QtFrameItem(QGraphicsItem):
+    """An open group: a light frame with a title bar (double-click the title to collapse)."""
+
+    def __init__(self, key: str, rect: QRectF, title: str, depth: int, title_h: float) -> None:
+        super().__init__()
+        self.key, self.rect, self.title, self.title_h, self.depth = key, rect, title, title_h, depth
+        self.marks: set[str] = set()
+        shade = max(214, 248 - 7 * depth)
+        self.fill = QColor(shade, shade, min(255, shade + 5))
+        self.setPos(rect.topLeft())
+        self.setZValue(-100 + depth)
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(-2, -2, self.rect.width() + 4, self.rect.height() + 4)
+
+    def set_marks(self, marks: set[str]) -> None:
+        if marks != self.marks:
+            self.marks = marks
+            self.update()
+
+    def in_title(self, scene_pos: QPointF) -> bool:
+        return self.mapFromScene(scene_pos).y() <= self.title_h
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        st = _Style.get()
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        r = QRectF(0, 0, self.rect.width(), self.rect.height())
+        mark = next((m for m in MARK_ORDER if m in self.marks), None)
+        painter.setPen(QPen(QColor(MARK_COLORS[mark]) if mark else QColor("#9aa3ad"), 2.0 if mark else 1.0))
+        painter.setBrush(self.fill)
+        painter.drawRect(r)                           # square and opaque: big rounded translucent rects are slow
+        if lod * 8 >= 4:
+            painter.setPen(st.text)
+            painter.setFont(st.frame_font)
+            painter.drawText(QRectF(8, 0, r.width() - 16, self.title_h),
+                             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, "▾ " + self.title)
+
+
+class QtEdgeItem(QGraphicsPathItem):
+    """An aggregated edge of ``group``: a cubic spline with an arrowhead; the view's tooltip lists its
+    containers (made when asked: thousands of eager tooltips cost tens of milliseconds)."""
+
+    def __init__(self, src: str, dst: str, group: str, points, weight: int) -> None:
+        super().__init__()
+        self.src, self.dst, self.group, self.points, self.weight = src, dst, group, points, weight
+        pts = [QPointF(x, y) for x, y in points]
+        path = QPainterPath(pts[0])
+        for k in range(1, len(pts) - 2, 3):
+            path.cubicTo(pts[k], pts[k + 1], pts[k + 2])
+        self.setPath(path)
+        self.first, self.last = pts[0], pts[-1]
+        self.before_last = next((p for p in reversed(pts) if p != self.last), pts[0])
+        self._shape: QPainterPath | None = None
+        self.hovered = False
+        self.width = min(4.0, 1.0 + 0.4 * (weight - 1))
+        self.setAcceptHoverEvents(True)
+        self.setZValue(0)
+
+    def shape(self) -> QPainterPath:
+        if self._shape is None:                      # for hover hit tests only: made on first use
+            stroker = QPainterPathStroker()
+            stroker.setWidth(8)
+            self._shape = stroker.createStroke(self.path())
+        return self._shape
+
+    def hoverEnterEvent(self, event) -> None:
+        self.hovered = True
+        self.update()
+
+    def hoverLeaveEvent(self, event) -> None:
+        self.hovered = False
+        self.update()
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        st = _Style.get()
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        pen = QPen(st.edge_hover if self.hovered else st.edge)
+        if not self.hovered:
+            pen.setWidthF(self.width)
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        if lod < LOD_SIMPLE:
+            painter.drawLine(self.first, self.last)
+            return
+        painter.drawPath(self.path())
+        d = self.last - self.before_last
+        n = (d.x() ** 2 + d.y() ** 2) ** 0.5 or 1.0
+        ux, uy = d.x() / n, d.y() / n
+        a = self.last
+        head = QPolygonF([a, QPointF(a.x() - 7 * ux + 3.5 * uy, a.y() - 7 * uy - 3.5 * ux),
+                          QPointF(a.x() - 7 * ux - 3.5 * uy, a.y() - 7 * uy + 3.5 * ux)])
+        painter.setBrush(pen.color())
+        painter.drawPolygon(head)

@@ -1,0 +1,315 @@
+"""The central graph view: the scope tree, collapsed and expanded, laid out per group.
+
+``set_graph(graph, ledger)`` rebuilds the scope tree (keeping which groups are open)
+and redraws at once from cached, patched or quick layered layouts; when a layout is
+missing, ``dot`` runs in a subprocess on a pool thread (``QtTask``) and the scene is
+redrawn when it answers. A layout that times out or crashes leaves the quick layout
+in place and emits ``layoutMessage``. Double-click a collapsed group to open it, an
+open group's title to close it; the wheel zooms. The view never edits the graph: it
+reports the selection (``selectionChangedIds``, kernel ids; a group stands for its
+kernels) and shows marks (hover, search, preview), the heatmap and the legend.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterable
+
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import QGraphicsView, QToolTip, QWidget
+
+from ir.graph import Graph
+from ir.movement import Ledger
+from studio.gui import layout as lay
+from studio.gui.describe import edge_tooltip
+from studio.gui.heatmap import color, normalize
+from studio.gui.placement import Placement, place
+from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem
+from studio.gui.qt_overlays import QtLegend
+from studio.gui.qt_scene import QtGraphScene
+from studio.gui.qt_workers import QtTask
+from studio.gui.scope_tree import ROOT, ScopeTree
+
+MIN_FIT_SCALE = 0.6                   # below this, labels are unreadable: start at the top-left instead
+
+
+class QtGraphView(QGraphicsView):
+    """See the module docstring."""
+
+    selectionChangedIds = Signal(list)
+    currentChanged = Signal(str)
+    layoutMessage = Signal(str)
+    layoutSettled = Signal()
+    taskStarted = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None, layout_timeout_s: float = 20.0) -> None:
+        super().__init__(parent)
+        self.setScene(QtGraphScene(self))
+        self.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+        self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
+        self.setOptimizationFlag(QGraphicsView.OptimizationFlag.DontSavePainterState)
+        self.setBackgroundBrush(QColor("#ffffff"))
+        self.layout_timeout_s = layout_timeout_s
+        self.tree_options: dict = {}                # ScopeTree options (max_children, chunk)
+        self._trees: OrderedDict = OrderedDict()
+        self.book = lay.LayoutBook()
+        self.graph: Graph | None = None
+        self.ledger: Ledger | None = None
+        self.tree: ScopeTree | None = None
+        self.expanded: set[str] = set()
+        self.placement: Placement | None = None
+        self.marks: dict[str, set[str]] = {}
+        self.heat_scale: str | None = None
+        self.task: QtTask | None = None
+        self._drawing = False
+        self._fit_next = True
+        self._center_on: str | None = None
+        self.legend = QtLegend(self.viewport())
+        self.scene().selectionChanged.connect(self._on_selection)
+
+    # --- content ----------------------------------------------------------------------
+    def set_graph(self, graph: Graph, ledger: Ledger, *, keep_expanded: bool = True) -> None:
+        """Show ``graph`` (figures from ``ledger``); keep open groups that still exist."""
+        fresh = self.tree is None or not keep_expanded
+        tree = self._tree_for(graph)
+        self.graph, self.ledger, self.tree = graph, ledger, tree
+        self.expanded = tree.initial_expansion() if fresh else {k for k in self.expanded if k in tree.groups}
+        self._fit_next = self._fit_next or fresh
+        self.relayout()
+
+    def _tree_for(self, graph: Graph) -> ScopeTree:
+        """The scope tree of ``graph`` (cached per graph object: undo and redo return to old graphs)."""
+        key = (id(graph), tuple(sorted(self.tree_options.items())))
+        hit = self._trees.get(key)
+        if hit is not None and hit[0] is graph:
+            self._trees.move_to_end(key)
+            return hit[1]
+        tree = ScopeTree(graph, **self.tree_options)
+        self._trees[key] = (graph, tree)
+        while len(self._trees) > 32:
+            self._trees.popitem(last=False)
+        return tree
+
+    def relayout(self) -> None:
+        """Draw now from the layouts at hand; lay out what is missing in the background."""
+        shapes = lay.shapes(self.tree, self.expanded)
+        layouts, missing = self.book.resolve(shapes)
+        self._draw(place(shapes, layouts, not missing))
+        if missing:
+            self._start_layout(shapes)
+        else:
+            self.layoutSettled.emit()
+
+    def _start_layout(self, shapes) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        request, ids = self.book.request(shapes)
+        timeout = self.layout_timeout_s
+        n = sum(len(g["items"]) for g in request["groups"])
+        task = QtTask(f"Laying out {len(request['groups'])} groups ({n} boxes)",
+                      lambda token, progress: lay.run_layout(request, timeout, token), (request, ids))
+        task.succeeded.connect(self._layout_done)
+        task.failed.connect(self._layout_failed)
+        self.task = task
+        self.taskStarted.emit(task)
+        task.start()
+
+    def _layout_done(self, reply: dict) -> None:
+        task = self.sender()
+        self.book.store(reply, task.context[1])
+        if task is self.task:
+            self.task = None
+            self.relayout()
+
+    def _layout_failed(self, message: str) -> None:
+        task = self.sender()
+        self.book.store_layered(*task.context)
+        if task is self.task:
+            self.task = None
+            self.layoutMessage.emit(message)
+            self.relayout()
+
+    # --- drawing ----------------------------------------------------------------------
+    @property
+    def boxes(self) -> dict[str, QtBoxItem]:
+        return self.scene().boxes
+
+    @property
+    def frames(self) -> dict[str, QtFrameItem]:
+        return self.scene().frames
+
+    def _draw(self, placement: Placement) -> None:
+        self._drawing = True
+        try:
+            self.scene().sync(placement, self.tree, self.graph, self.ledger)
+        finally:
+            self._drawing = False
+        self.placement = placement
+        self._apply_marks()
+        self._apply_heat()
+        if self._fit_next:
+            self._fit_next = False
+            self.fit(readable=True)
+        if self._center_on and (item := self.boxes.get(self.tree.visible(self._center_on, self.expanded))):
+            self.centerOn(item.sceneBoundingRect().center())
+            if placement.exact:
+                self._center_on = None
+
+    def fit(self, readable: bool = False) -> None:
+        """Fit the graph in the view; ``readable``: a graph too tall for that is fitted to the width, top first."""
+        if self.placement is None:
+            return
+        rect = self.scene().sceneRect()
+        self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
+        if readable and self.transform().m11() < MIN_FIT_SCALE:
+            self.resetTransform()
+            self.scale(MIN_FIT_SCALE, MIN_FIT_SCALE)
+            half_w = self.viewport().width() / (2 * MIN_FIT_SCALE)
+            half_h = self.viewport().height() / (2 * MIN_FIT_SCALE)
+            self.centerOn(min(rect.center().x(), rect.left() + half_w), rect.top() + half_h)
+
+    # --- groups -------------------------------------------------------------------------
+    def expand(self, key: str) -> None:
+        self.expanded |= {g for g in self.tree.chain.get(key, ()) if g != ROOT} | {key}
+        self.relayout()
+
+    def collapse(self, key: str) -> None:
+        self.expanded.discard(key)
+        self.relayout()
+
+    def reveal(self, ident: str) -> None:
+        """Open the groups around kernel ``ident`` and centre on it."""
+        self._center_on = ident
+        wanted = {g for g in self.tree.chain.get(ident, ()) if g != ROOT}
+        if wanted - self.expanded:
+            self.expanded |= wanted
+            self.relayout()
+        elif (item := self.boxes.get(ident)) is not None:
+            self.centerOn(item.sceneBoundingRect().center())
+
+    # --- marks, heat, selection ------------------------------------------------------------
+    def set_marks(self, kind: str, ids: Iterable[str]) -> None:
+        """Mark kernels (``hover``, ``search``, ``current``, ``removed``, ``changed``, ``added``)."""
+        self.marks[kind] = set(ids)
+        self._apply_marks()
+
+    def clear_marks(self, *kinds: str) -> None:
+        for k in kinds or list(self.marks):
+            self.marks.pop(k, None)
+        self._apply_marks()
+
+    def _apply_marks(self) -> None:
+        per_item: dict[str, set[str]] = {}
+        for kind, ids in self.marks.items():
+            for ident in ids:
+                if self.tree is not None and ident in self.tree.parent:
+                    per_item.setdefault(self.tree.visible(ident, self.expanded), set()).add(kind)
+        for key, item in self.boxes.items():
+            item.set_marks(per_item.get(key, set()))
+
+    def set_heatmap(self, scale: str | None) -> None:
+        """Colour boxes by bytes moved (``linear``/``log``/``rank``), or by pass (None)."""
+        self.heat_scale = scale
+        self._apply_heat()
+
+    def _apply_heat(self) -> None:
+        if not self.heat_scale or self.tree is None:
+            for item in self.boxes.values():
+                item.set_heat(None)
+            self.legend.hide()
+            return
+        kernels = self.ledger.kernels
+        values = {k: float(sum(kernels[i].bytes for i in self.tree.members(k) if i in kernels)) for k in self.boxes}
+        for key, t in normalize(values, self.heat_scale).items():
+            self.boxes[key].set_heat(QColor(*color(t)))
+        counted = sum(1 for i in self.graph.nodes if i in kernels)
+        self.legend.set_values(values, self.heat_scale, f"bytes moved per box · {self.heat_scale} scale · "
+                                                        f"{counted} of {len(self.graph.nodes)} kernels counted")
+        self._place_legend()
+
+    def _place_legend(self) -> None:
+        self.legend.move(10, self.viewport().height() - self.legend.height() - 10)
+
+    def select(self, ids: Iterable[str]) -> None:
+        """Select the boxes showing kernels ``ids``."""
+        keys = {self.tree.visible(i, self.expanded) for i in ids if i in self.tree.parent}
+        self._drawing = True
+        try:
+            self.scene().clearSelection()
+            for k in keys:
+                if k in self.boxes:
+                    self.boxes[k].setSelected(True)
+        finally:
+            self._drawing = False
+        self._on_selection()
+
+    def selected_keys(self) -> list[str]:
+        return [i.key for i in self.scene().selectedItems() if isinstance(i, QtBoxItem)]
+
+    def selected_ids(self) -> list[str]:
+        out: list[str] = []
+        for key in self.selected_keys():
+            out.extend(self.tree.members(key))
+        return out
+
+    def _on_selection(self) -> None:
+        if self._drawing:
+            return
+        self.selectionChangedIds.emit(self.selected_ids())
+        keys = self.selected_keys()
+        if keys:
+            self.currentChanged.emit(keys[0])
+
+    def viewport_ids(self) -> list[str]:
+        """Kernels whose boxes are (partly) visible."""
+        seen = self.mapToScene(self.viewport().rect()).boundingRect()
+        out: list[str] = []
+        for item in self.scene().items(seen):
+            if isinstance(item, QtBoxItem):
+                out.extend(self.tree.members(item.key))
+        return out
+
+    # --- events -------------------------------------------------------------------------
+    def mouseDoubleClickEvent(self, event) -> None:
+        pos = self.mapToScene(event.position().toPoint())
+        for item in self.scene().items(pos):
+            if isinstance(item, QtBoxItem) and item.is_group:
+                self.expand(item.key)
+                return
+            if isinstance(item, QtFrameItem) and item.in_title(pos):
+                self.collapse(item.key)
+                return
+        super().mouseDoubleClickEvent(event)
+
+    def tooltip_at(self, pos) -> str:
+        """The tooltip for viewport position ``pos``: a box's label and id, an edge's containers."""
+        for item in self.items(pos):
+            if isinstance(item, QtBoxItem):
+                hint = "double-click to open" if item.is_group else item.key
+                return f"{item.title}\n{item.subtitle}\n{hint}"
+            if isinstance(item, QtEdgeItem):
+                return edge_tooltip(self.graph, self.tree.edges[item.group][(item.src, item.dst)])
+        return ""
+
+    def viewportEvent(self, event) -> bool:
+        if event.type() == QEvent.Type.ToolTip:
+            text = self.tooltip_at(event.pos())
+            if text:
+                QToolTip.showText(event.globalPos(), text, self.viewport())
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(event)
+
+    def wheelEvent(self, event) -> None:
+        steps = event.angleDelta().y() / 120.0
+        factor = 1.2 ** steps
+        scale = self.transform().m11() * factor
+        if 0.01 <= scale <= 8.0:
+            self.scale(factor, factor)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._place_legend()

@@ -1,0 +1,45 @@
+"""The History dock: a QUndoView over the window's QUndoStack, with revert and the step count.
+
+Clicking a row reverts to that step (``QUndoStack.setIndex``: the commands call
+``Session.undo``/``redo``), and later steps stay redoable until a new step is
+applied. "Revert to original" goes back to step 0.
+"""
+from __future__ import annotations
+
+from PySide6.QtGui import QUndoStack
+from shiboken6 import isValid
+from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QLabel, QPushButton, QUndoView, QVBoxLayout, QWidget
+
+
+class QtHistoryDock(QDockWidget):
+    def __init__(self, stack: QUndoStack, parent: QWidget | None = None) -> None:
+        super().__init__("History", parent)
+        self.setObjectName("dock.history")
+        self.stack = stack
+        self.view = QUndoView(stack)
+        self.view.setEmptyLabel("(imported graph)")
+        self.label = QLabel()
+        self.original = QPushButton("Revert to original")
+        self.original.clicked.connect(lambda: stack.setIndex(0))
+        body = QWidget()
+        col = QVBoxLayout(body)
+        col.setContentsMargins(2, 2, 2, 2)
+        col.addWidget(self.view)
+        row = QHBoxLayout()
+        row.addWidget(self.label)
+        row.addStretch(1)
+        row.addWidget(self.original)
+        col.addLayout(row)
+        self.setWidget(body)
+        stack.indexChanged.connect(self._update)
+        self._update()
+
+    def _update(self, *_args) -> None:
+        if not isValid(self.stack):                 # the window is being destroyed
+            return
+        self.label.setText(f"step {self.stack.index()} of {self.stack.count()}")
+        self.original.setEnabled(self.stack.index() > 0)
+
+    def revert_to(self, step: int) -> None:
+        """Go to the state after ``step`` steps (what clicking its row does)."""
+        self.stack.setIndex(step)

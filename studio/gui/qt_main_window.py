@@ -1,0 +1,416 @@
+"""The studio's main window: the graph view, the docks, the undo stack and the background tasks.
+
+The window observes a headless ``Session``: every edit is an ``ApplyCommand`` pushed
+on the QUndoStack (the History dock is a QUndoView over it); the session's events
+schedule one coalesced ``refresh`` (view, data movement, properties, find), and
+``QtRanker`` fills the Transformations dock off the GUI thread. Opening a
+model (and replaying a history or an autosave) is a background task too; its result
+replaces the session. Errors arrive as non-modal dialogs naming the node or step.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtGui import QUndoStack
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMainWindow, QToolBar, QWidget
+
+from ir.errors import StudioError
+from studio.gui import qt_dialogs, qt_menus
+from studio.gui.commands import ApplyCommand, step_text
+from studio.gui.loading import Opened, open_session
+from studio.gui.qt_find import QtFindBar
+from studio.gui.qt_graph_view import QtGraphView
+from studio.gui.qt_history import QtHistoryDock
+from studio.gui.qt_movement import QtMovementDock
+from studio.gui.qt_overlays import QtMinimap
+from studio.gui.qt_palette import QtCommandPalette
+from studio.gui.qt_properties import QtPropertiesDock
+from studio.gui.qt_text import QtTextLine
+from studio.gui.qt_transformations import QtTransformationsDock
+from studio.gui.qt_workers import QtTask, QtTaskBar
+from studio.gui.qt_ranking import QtRanker
+from studio.gui.ranking import preview
+from studio.session import Session
+from transforms.history import load as load_history
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "bert_layer_base_train.onnx"
+
+
+class QtMainWindow(QMainWindow):
+    """See the module docstring. ``restore_policy``: ``ask``, ``always`` or ``never``."""
+
+    def __init__(self, settings: QSettings | None = None, *, restore_policy: str = "ask",
+                 autosave: bool = True, layout_timeout_s: float | None = None, rank_delay_ms: int = 150) -> None:
+        super().__init__()
+        self.settings = settings or QSettings("dcstudio", "dcstudio")
+        self.restore_policy, self.autosave = restore_policy, autosave
+        self.session: Session | None = None
+        self._unsubscribe = None
+        self.tasks: set[QtTask] = set()
+        self.peak_cache: OrderedDict = OrderedDict()
+        self.messages: list = []
+        self.refresh_suspended = False
+        self.stack = QUndoStack(self)
+        timeout = layout_timeout_s or float(self.settings.value("layoutTimeout", 20.0))
+        self.view = QtGraphView(self, layout_timeout_s=timeout)
+        self.find_bar = QtFindBar(self)
+        self._build_docks()
+        self.actions_ = qt_menus.build(self)
+        self.recent = qt_menus.RecentFiles(self.settings)
+        self.recent.fill(self.recent_menu, self.open_model)
+        for dock in (self.transformations, self.movement, self.properties, self.history, self.minimap_dock):
+            self.docks_menu.addAction(dock.toggleViewAction())
+        self._build_toolbar()
+        self._connect()
+        self._refresh_timer = QTimer(self, singleShot=True, interval=0)
+        self._refresh_timer.timeout.connect(self.refresh)
+        self.ranker = QtRanker(self, rank_delay_ms)
+        self.setWindowTitle("dcstudio")
+        self.resize(1500, 950)
+        self._restore_layout()
+
+    # --- construction -----------------------------------------------------------------
+    def _build_docks(self) -> None:
+        from PySide6.QtWidgets import QDockWidget
+        self.setCentralWidget(self.view)
+        self.transformations = QtTransformationsDock(self)
+        self.properties = QtPropertiesDock(self)
+        self.movement = QtMovementDock(self)
+        self.history = QtHistoryDock(self.stack, self)
+        self.minimap_dock = QDockWidget("Minimap", self)
+        self.minimap_dock.setObjectName("dock.minimap")
+        self.minimap = QtMinimap(self.view)
+        self.minimap_dock.setWidget(self.minimap)
+        right, left, bottom = (Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.LeftDockWidgetArea,
+                               Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.addDockWidget(right, self.transformations)
+        self.addDockWidget(right, self.properties)
+        self.tabifyDockWidget(self.transformations, self.properties)
+        self.transformations.raise_()
+        self.addDockWidget(left, self.history)
+        self.addDockWidget(left, self.minimap_dock)
+        self.addDockWidget(bottom, self.movement)
+        self.resizeDocks([self.transformations], [470], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.history], [250], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.movement], [240], Qt.Orientation.Vertical)
+
+    def _build_toolbar(self) -> None:
+        bar = QToolBar("Find", self)
+        bar.setObjectName("toolbar.find")
+        bar.addWidget(self.find_bar)
+        bar.addSeparator()
+        for scale, act in self.actions_.heat.items():
+            bar.addAction(act)
+        bar.addSeparator()
+        bar.addAction(self.actions_.fit)
+        self.addToolBar(bar)
+        self.metrics_label = QtTextLine(self)
+        self.task_bar = QtTaskBar(self)
+        self.statusBar().addWidget(self.metrics_label, 1)
+        self.statusBar().addPermanentWidget(self.task_bar)
+
+    def _connect(self) -> None:
+        v, t = self.view, self.transformations
+        v.selectionChangedIds.connect(self._on_view_selection)
+        v.currentChanged.connect(self._show_properties)
+        v.layoutMessage.connect(self._layout_message)
+        v.taskStarted.connect(self.task_bar.track)
+        self.movement.selectionChangedIds.connect(self._on_table_selection)
+        self.find_bar.hitChanged.connect(self._on_find)
+        t.hovered.connect(self._on_hover)
+        t.previewRequested.connect(self.preview)
+        t.applyRequested.connect(self.apply)
+        t.applyAllRequested.connect(self.apply_all)
+        for sb in (v.horizontalScrollBar(), v.verticalScrollBar()):
+            sb.valueChanged.connect(self._viewport_moved)
+
+    def _layout_message(self, message: str) -> None:
+        self.say("The layout was stopped", error=True, detail=message)
+
+    def _viewport_moved(self, _value: int) -> None:
+        self.ranker.schedule(600)                  # re-rank the Viewport group once scrolling stops
+
+    # --- sessions ---------------------------------------------------------------------
+    def open_model(self, path: str | None = None, history: str | None = None) -> QtTask:
+        """Import ``path`` (default: the bundled example) and replay ``history`` off the GUI thread."""
+        path = str(path or EXAMPLE)
+        histories = [history] if history else self._autosave_to_restore(path)
+        autosave = self.autosave
+        task = self.run_task(f"Opening {Path(path).name}",
+                             lambda token, progress: open_session(path, histories, autosave=autosave,
+                                                                  token=token, progress=progress),
+                             context={"model": path, "fail": f"Could not open {path}"})
+        task.succeeded.connect(self._opened)
+        task.failed.connect(self._task_failed)
+        return task
+
+    def _autosave_to_restore(self, path: str) -> list[str]:
+        found = Session.autosave_for(path)
+        if self.restore_policy == "never" or not self.autosave or not found.exists():
+            return []
+        try:
+            steps = len(load_history(found).steps)
+        except StudioError:
+            return []
+        if steps and (self.restore_policy == "always" or qt_dialogs.ask(
+                self, "Restore session?", f"An autosaved session with {steps} steps was found for "
+                f"{Path(path).name}. Restore it?")):
+            return [str(found)]
+        return []
+
+    def _opened(self, opened: Opened) -> None:
+        path = self.sender().context["model"]
+        self.set_session(opened.session)
+        self.recent.add(path)
+        self.recent.fill(self.recent_menu, self.open_model)
+        if opened.error:
+            self.say("A history step could not be replayed", error=True,
+                     detail=f"{opened.error}\n\nThe {opened.steps} steps before it are applied.")
+
+    def set_session(self, session: Session) -> None:
+        """Show ``session``; its applied steps become (already done) undo commands."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        self.session = session
+        self.stack.clear()
+        for step in session.steps[: session.cursor]:
+            self.stack.push(ApplyCommand(session, step.transformation, step.anchors, step.params, done=True))
+        self._unsubscribe = session.subscribe(lambda event, payload: self._refresh_timer.start())
+        self.setWindowTitle(f"dcstudio — {session.model_name}")
+        self.view.tree = None
+        self.refresh()
+
+    # --- refresh ------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Bring every pane up to date with the session's current graph (one pass)."""
+        s = self.session
+        if s is None or self.refresh_suspended:
+            return
+        self._refresh_timer.stop()
+        g, ledger = s.graph, s.ledger
+        self.view.clear_marks("removed", "changed", "added", "hover")
+        self.view.set_graph(g, ledger)
+        bound = s.metrics().bound
+        self.movement.set_figures(g, ledger, bound, self._peak_bytes(g), s.trend(), s.cursor)
+        self.find_bar.set_graph(g)
+        self._show_properties(self.properties.key)
+        t = ledger.total
+        self.metrics_label.set_text(f"step {s.cursor}/{len(s.steps)} · moved {t.bytes / 1e6:,.1f} MB · bound "
+                                   f"{bound / 1e6:,.1f} MB · {t.bytes / bound if bound else 0:.2f}× · "
+                                   f"{len(g.nodes)} kernels")
+        if self.transformations.diff.toPlainText():
+            self.transformations.show_preview(None)
+        self.schedule_rank()
+
+    def _peak_bytes(self, graph) -> int:
+        """Peak memory of ``graph`` (cached per graph object: undo and redo return to old graphs)."""
+        hit = self.peak_cache.get(id(graph))
+        if hit is None or hit[0] is not graph:
+            hit = self.peak_cache[id(graph)] = (graph, self.session.peak_bytes())
+            while len(self.peak_cache) > 64:
+                self.peak_cache.popitem(last=False)
+        return hit[1]
+
+    def _show_properties(self, key: str | None) -> None:
+        if self.session is not None and self.view.tree is not None:
+            self.properties.show_item(self.session.graph, self.view.tree, self.session.ledger, key)
+
+    def _on_view_selection(self, ids: list) -> None:
+        self.movement.select_ids(ids)
+        self.schedule_rank()
+
+    def _on_table_selection(self, ids: list) -> None:
+        if ids:
+            self.view.reveal(ids[0])
+        self.view.select(ids)
+        if len(ids) == 1:
+            self._show_properties(ids[0])
+
+    def _on_find(self, hits: list, index: int) -> None:
+        self.view.set_marks("search", hits)
+        self.view.set_marks("current", [hits[index]] if index >= 0 else [])
+        if index >= 0:
+            self.view.reveal(hits[index])
+            self.view.select([hits[index]])
+            self._show_properties(hits[index])
+
+    # --- ranking ------------------------------------------------------------------------
+    def schedule_rank(self) -> None:
+        self.ranker.schedule()
+
+    def rank(self) -> None:
+        self.ranker.rank()
+
+    @property
+    def rank_task(self) -> QtTask | None:
+        return self.ranker.task
+
+    # --- transformations ----------------------------------------------------------------
+    def _on_hover(self, r) -> None:
+        if r is None or self.session is None:
+            self.view.clear_marks("hover")
+            return
+        try:
+            ids = set(r.match.anchors) | set(r.transformation.affected(self.session.graph, r.match))
+        except (StudioError, KeyError):
+            ids = set(r.match.anchors)
+        self.view.set_marks("hover", ids)
+
+    def preview(self, r) -> None:
+        try:
+            p = preview(self.session.graph, r.transformation, r.match)
+        except StudioError as e:
+            self.transformations.show_preview(None, f"{r.transformation.name} cannot be previewed: {e.summary}")
+            return
+        self.view.set_marks("removed", p.removed)
+        self.view.set_marks("changed", p.changed)
+        self.transformations.show_preview(p)
+        if p.removed or p.changed:
+            self.view.reveal((p.removed + p.changed)[0])
+
+    def apply(self, r) -> bool:
+        """Apply a ranked match as an undoable command; False (and a dialog) when it fails."""
+        return self.apply_step(r.transformation.name, r.match.anchors, r.transformation.params())
+
+    def apply_step(self, name: str, anchors, params=None) -> bool:
+        cmd = ApplyCommand(self.session, name, anchors, params)
+        self.stack.push(cmd)
+        if cmd.error is not None:
+            self.say(f"{name} could not be applied", error=True, detail=cmd.error.summary)
+            return False
+        return True
+
+    def apply_all(self, r) -> None:
+        """Apply every applicable match of this kind, one undoable macro, in steps the GUI can interrupt."""
+        from studio.gui.qt_batch import QtBatchApply
+        QtBatchApply(self, r.transformation).start()
+
+    def preview_current(self) -> None:
+        if (r := self.transformations.current()) is not None and r.ok:
+            self.preview(r)
+
+    def apply_current(self) -> None:
+        if (r := self.transformations.current()) is not None and r.ok:
+            self.apply(r)
+
+    # --- files --------------------------------------------------------------------------
+    def choose_model(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open model", "", "ONNX models (*.onnx);;All files (*)")
+        if path:
+            self.open_model(path)
+
+    def choose_history(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open history", "", "dcstudio history (*.json);;All files (*)")
+        if path:
+            self.open_history(path)
+
+    def open_history(self, path: str) -> QtTask | None:
+        """Replay a history file after the current steps (a new session, built off the GUI thread)."""
+        s = self.session
+        if s is None or not s.model_path:
+            self.say("Open a model file first: histories replay onto the model they were recorded on", error=True)
+            return None
+        current, model, autosave = s.history(), s.model_path, self.autosave
+        task = self.run_task(f"Replaying {Path(path).name}", lambda token, progress: open_session(
+            model, [current, path], autosave=autosave, token=token, progress=progress),
+            context={"model": model, "fail": f"Could not replay {Path(path).name}"})
+        task.succeeded.connect(self._opened)
+        task.failed.connect(self._task_failed)
+        return task
+
+    def choose_save_history(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save history", "history.json", "dcstudio history (*.json)")
+        if path:
+            self.save_history(path)
+
+    def save_history(self, path: str) -> None:
+        try:
+            self.session.save_history(path)
+            self.statusBar().showMessage(f"saved {self.session.cursor} steps to {path}", 5000)
+        except (StudioError, OSError) as e:
+            self.say(f"Could not save the history to {path}", error=True, detail=str(e))
+
+    # --- view commands ------------------------------------------------------------------
+    def set_heatmap(self, scale: str | None) -> None:
+        self.actions_.heat[scale].setChecked(True)
+        self.view.set_heatmap(scale)
+
+    def collapse_all(self) -> None:
+        self.view.expanded.clear()
+        self.view.relayout()
+
+    def expand_selected(self) -> None:
+        for key in self.view.selected_keys():
+            if self.view.tree.is_group(key):
+                self.view.expand(key)
+
+    def choose_layout_timeout(self) -> None:
+        value, ok = QInputDialog.getDouble(self, "Layout timeout", "Seconds before a layout is stopped:",
+                                           self.view.layout_timeout_s, 1.0, 600.0, 1)
+        if ok:
+            self.view.layout_timeout_s = value
+            self.settings.setValue("layoutTimeout", value)
+
+    def show_palette(self) -> QtCommandPalette:
+        palette = QtCommandPalette([a for a in self.actions() if a.text()], self)
+        palette.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        palette.popup()
+        return palette
+
+    def show_about(self) -> None:
+        self.say("dcstudio: a data-centric optimization studio for ONNX training graphs.")
+
+    # --- tasks, messages, settings ------------------------------------------------------
+    def run_task(self, title: str, fn, *, track: bool = True, context=None) -> QtTask:
+        """Run ``fn(token, progress)`` on the thread pool (see ``QtTask``); started, listed until it ends."""
+        task = QtTask(title, fn, context)
+        self.tasks.add(task)
+        task.finished.connect(self._task_finished)
+        if track:
+            self.task_bar.track(task)
+        return task.start()
+
+    def _task_finished(self) -> None:
+        self.tasks.discard(self.sender())
+
+    def _task_failed(self, message: str) -> None:
+        self.say(self.sender().context["fail"], error=True, detail=message)
+
+    def say(self, text: str, *, error: bool = False, detail: str = "") -> QWidget:
+        """A non-modal message (errors name the node or step; never a traceback)."""
+        self.statusBar().showMessage(text + (f": {detail.splitlines()[0]}" if detail else ""), 10000)
+        show = qt_dialogs.show_error if error else qt_dialogs.show_info
+        box = show(self, "dcstudio", text, detail)
+        self.messages = [m for m in self.messages if _alive(m)] + [box]
+        return box
+
+    def _restore_layout(self) -> None:
+        geometry, state = self.settings.value("geometry"), self.settings.value("windowState")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        if state is not None:
+            self.restoreState(state)
+
+    def closeEvent(self, event) -> None:
+        self.settings.setValue("geometry", self.saveGeometry())
+        self.settings.setValue("windowState", self.saveState())
+        self.settings.sync()
+        mine = list(self.tasks) + ([self.view.task] if self.view.task else [])
+        for task in mine:
+            task.cancel()
+        for task in mine:                          # only this window's tasks (other windows keep theirs)
+            task.wait(10.0)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        super().closeEvent(event)
+
+
+def _alive(widget) -> bool:
+    from shiboken6 import isValid
+    return isValid(widget) and widget.isVisible()
+
+
+__all__ = ["QtMainWindow", "EXAMPLE", "step_text"]

@@ -1,0 +1,144 @@
+"""Menus, actions and shortcuts of the main window, and the recent-files list in QSettings.
+
+Every user command is a QAction here (so the command palette lists it). Actions
+whose feature is not built yet (module export and kernel timings need the code
+generator; the side-by-side compare) are present but disabled, with a tooltip and
+status tip saying why.
+"""
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+
+from studio.gui.heatmap import SCALES
+
+if TYPE_CHECKING:
+    from studio.gui.qt_main_window import QtMainWindow
+
+MAX_RECENT = 10
+
+
+def _feature(module: str, what: str) -> str:
+    """Why ``what`` is disabled ('' when its module exists and the GUI drives it)."""
+    if importlib.util.find_spec(module.split(".")[0]) is None or _missing(module):
+        return f"{what} needs {module}, which is not built yet (the codegen issue)"
+    return f"{what}: {module} exists, but the studio does not drive it yet"
+
+
+def _missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:
+        return True
+
+
+def _action(w, text: str, slot=None, shortcut: str | QKeySequence | None = None, tip: str = "") -> QAction:
+    a = QAction(text, w)
+    if shortcut is not None:
+        a.setShortcut(QKeySequence(shortcut))
+    if slot is not None:
+        a.triggered.connect(lambda _checked=False: slot())
+    if tip:
+        a.setStatusTip(tip)
+        a.setToolTip(tip)
+    w.addAction(a)
+    return a
+
+
+def _disabled(w, text: str, why: str) -> QAction:
+    a = _action(w, text, tip=why)
+    a.setEnabled(False)
+    return a
+
+
+def build(w: "QtMainWindow") -> SimpleNamespace:
+    """Create the actions and menus of window ``w``; returns them by name."""
+    a = SimpleNamespace()
+    a.open_model = _action(w, "&Open model…", w.choose_model, QKeySequence.StandardKey.Open, "Open an ONNX model")
+    a.open_history = _action(w, "Open &history…", w.choose_history, "Ctrl+Shift+O",
+                             "Replay a history file onto this model")
+    a.save_history = _action(w, "&Save history…", w.choose_save_history, QKeySequence.StandardKey.Save,
+                             "Save the applied steps as a history file")
+    a.export = _disabled(w, "&Export module…", _feature("codegen.export", "Export"))
+    a.close = _action(w, "&Close window", w.close, QKeySequence.StandardKey.Close)
+    a.undo = w.stack.createUndoAction(w, "&Undo")
+    a.undo.setShortcut(QKeySequence("Ctrl+Z"))
+    a.redo = w.stack.createRedoAction(w, "&Redo")
+    a.redo.setShortcut(QKeySequence("Ctrl+Shift+Z"))
+    w.addActions([a.undo, a.redo])
+    a.find = _action(w, "&Find…", w.find_bar.focus, QKeySequence("Ctrl+F"), "Find kernels by id, name or op")
+    a.find_next = _action(w, "Find next", w.find_bar.next, QKeySequence("F3"))
+    a.find_previous = _action(w, "Find previous", w.find_bar.previous, QKeySequence("Shift+F3"))
+    a.palette = _action(w, "Command &palette…", w.show_palette, QKeySequence("Ctrl+Shift+P"))
+    a.preview = _action(w, "&Preview selected match", w.preview_current, "Ctrl+Shift+Return")
+    a.apply = _action(w, "&Apply selected match", w.apply_current, "Ctrl+Return")
+    a.rerank = _action(w, "Re-rank matches", w.schedule_rank, "F5", "Rank the matches for selection and viewport")
+    a.fit = _action(w, "&Fit graph", w.view.fit, QKeySequence("F"), "Fit the whole graph in the view")
+    a.collapse_all = _action(w, "Collapse all groups", w.collapse_all)
+    a.expand_selected = _action(w, "Open selected groups", w.expand_selected, "+")
+    a.timeout = _action(w, "Layout timeout…", w.choose_layout_timeout)
+    a.compare = _disabled(w, "Compare with original…", "Side-by-side compare is not built yet")
+    a.profile = _disabled(w, "&Profile kernels…", _feature("codegen.timing", "Profiling"))
+    a.about = _action(w, "&About dcstudio", w.show_about)
+    heat = QActionGroup(w)
+    a.heat = {}
+    for scale in (None, *SCALES):
+        act = _action(w, f"Heatmap: {scale or 'off'}", lambda s=scale: w.set_heatmap(s))
+        act.setCheckable(True)
+        act.setChecked(scale is None)
+        heat.addAction(act)
+        a.heat[scale] = act
+    _menus(w, a)
+    return a
+
+
+def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
+    bar = w.menuBar()
+    file = bar.addMenu("&File")
+    file.addActions([a.open_model, a.open_history, a.save_history])
+    w.recent_menu = file.addMenu("Open &recent")
+    file.addSeparator()
+    file.addActions([a.export, a.close])
+    edit = bar.addMenu("&Edit")
+    edit.addActions([a.undo, a.redo])
+    edit.addSeparator()
+    edit.addActions([a.find, a.find_next, a.find_previous, a.palette])
+    edit.addSeparator()
+    edit.addActions([a.preview, a.apply, a.rerank])
+    view = bar.addMenu("&View")
+    view.addActions([a.fit, a.expand_selected, a.collapse_all])
+    view.addSeparator()
+    view.addActions(list(a.heat.values()))
+    view.addSeparator()
+    view.addActions([a.timeout, a.compare])
+    w.docks_menu = view.addMenu("&Docks")
+    tools = bar.addMenu("&Tools")
+    tools.addAction(a.profile)
+    bar.addMenu("&Help").addAction(a.about)
+
+
+class RecentFiles:
+    """The recent models, newest first, kept in QSettings under ``recent``."""
+
+    def __init__(self, settings: QSettings) -> None:
+        self.settings = settings
+
+    def list(self) -> list[str]:
+        value = self.settings.value("recent", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def add(self, path: str) -> None:
+        items = [path] + [p for p in self.list() if p != path]
+        self.settings.setValue("recent", items[:MAX_RECENT])
+
+    def fill(self, menu, open_fn) -> None:
+        menu.clear()
+        for path in self.list():
+            menu.addAction(path).triggered.connect(lambda _c=False, p=path: open_fn(p))
+        menu.setEnabled(bool(self.list()))

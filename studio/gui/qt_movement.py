@@ -1,0 +1,202 @@
+"""The Data movement dock: totals against the bound, a sortable kernel table, the trend over steps.
+
+The header shows bytes moved, the compulsory lower bound, their ratio, FLOPs and
+peak memory. The table (a model over the session's ``Ledger``, sorted on the raw
+numbers) has one row per kernel; selecting rows emits
+``selectionChangedIds`` and ``select_ids`` follows the graph view's selection.
+``QtTrendPlot`` draws bytes after each history step (QPainter, no plotting library)
+with the bound as a dashed line and the current step marked.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QAbstractTableModel, QItemSelection, QItemSelectionModel, QModelIndex, QPointF, QRectF, \
+    Qt, Signal
+from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import QAbstractItemView, QDockWidget, QSplitter, QTableView, QVBoxLayout, QWidget
+
+from ir.graph import Graph
+from ir.movement import Ledger
+from studio.cli import human_bytes, human_count
+from studio.gui.describe import kernel_title
+from studio.gui.qt_text import QtTextLine
+
+COLUMNS = ("kernel", "op", "read", "written", "bytes", "FLOPs", "FLOP/B", "share")
+
+
+class QtKernelModel(QAbstractTableModel):
+    """One row per kernel of the current graph, sorted here (in Python, on the raw numbers: a
+    sorting proxy would call ``data`` for every cell on each reset); ``SORT_ROLE`` gives the numbers."""
+
+    SORT_ROLE = Qt.ItemDataRole.UserRole
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple] = []
+        self.order = (4, Qt.SortOrder.DescendingOrder)
+
+    def set_graph(self, graph: Graph, ledger: Ledger) -> None:
+        self.beginResetModel()
+        total = ledger.total.bytes or 1
+        self.rows = []
+        for ident, node in graph.nodes.items():
+            e = ledger.kernels[ident]
+            self.rows.append((ident, kernel_title(node), e.bytes_read, e.bytes_written, e.bytes, e.flops,
+                              e.intensity, e.bytes / total))
+        self._sort()
+        self.endResetModel()
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        self.layoutAboutToBeChanged.emit()
+        self.order = (column, order)
+        self._sort()
+        self.layoutChanged.emit()
+
+    def _sort(self) -> None:
+        column, order = self.order
+        self.rows.sort(key=lambda r: r[column], reverse=order == Qt.SortOrder.DescendingOrder)
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        row = self.rows[index.row()]
+        v = row[index.column()]
+        if role == self.SORT_ROLE:
+            return v
+        if role == Qt.ItemDataRole.DisplayRole:
+            c = index.column()
+            return (v if c < 2 else human_bytes(v) if c < 5 else human_count(v) if c == 5
+                    else f"{v:.2f}" if c == 6 else f"{100 * v:.1f} %")
+        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() >= 2:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+class QtTrendPlot(QWidget):
+    """Bytes moved after each step (see the module docstring)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.values: list[int] = []
+        self.bound = 0
+        self.cursor = 0
+        self.setMinimumHeight(90)
+
+    def set_trend(self, values: list[int], bound: int, cursor: int) -> None:
+        self.values, self.bound, self.cursor = list(values), bound, cursor
+        self.update()
+
+    def paintEvent(self, event) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.fillRect(self.rect(), QColor("#ffffff"))
+        p.setFont(QFont("DejaVu Sans", 7))
+        area = QRectF(64, 8, max(10, self.width() - 74), max(10, self.height() - 26))
+        if not self.values:
+            p.drawText(area, Qt.AlignmentFlag.AlignCenter, "no steps yet")
+            return
+        top = max(max(self.values), self.bound) * 1.05 or 1
+        x = lambda k: area.left() + area.width() * (k / max(1, len(self.values) - 1))  # noqa: E731
+        y = lambda v: area.bottom() - area.height() * (v / top)  # noqa: E731
+        p.setPen(QPen(QColor("#bbbbbb"), 1))
+        p.drawLine(area.bottomLeft(), area.bottomRight())
+        p.drawLine(area.bottomLeft(), area.topLeft())
+        p.setPen(QColor("#444444"))
+        for v in (0, top / 2, top):
+            p.drawText(QRectF(0, y(v) - 7, 60, 14), Qt.AlignmentFlag.AlignRight, human_bytes(v))
+        p.drawText(QRectF(area.left(), area.bottom() + 2, area.width(), 14), Qt.AlignmentFlag.AlignCenter,
+                   f"steps 0–{len(self.values) - 1}")
+        if self.bound:
+            pen = QPen(QColor("#2ca02c"), 1, Qt.PenStyle.DashLine)
+            p.setPen(pen)
+            p.drawLine(QPointF(area.left(), y(self.bound)), QPointF(area.right(), y(self.bound)))
+            p.drawText(QRectF(area.right() - 60, y(self.bound) - 14, 60, 12), Qt.AlignmentFlag.AlignRight, "bound")
+        path = QPainterPath(QPointF(x(0), y(self.values[0])))
+        for k, v in enumerate(self.values[1:], start=1):
+            path.lineTo(QPointF(x(k), y(v)))
+        p.setPen(QPen(QColor("#1f77b4"), 2))
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawPath(path)
+        c = min(self.cursor, len(self.values) - 1)
+        p.setBrush(QColor("#d62728"))
+        p.drawEllipse(QPointF(x(c), y(self.values[c])), 4, 4)
+
+
+class QtMovementDock(QDockWidget):
+    """See the module docstring."""
+
+    selectionChangedIds = Signal(list)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Data movement", parent)
+        self.setObjectName("dock.movement")
+        self.summary = QtTextLine(rich=True)
+        self.summary.set_text("no model")
+        self.model = QtKernelModel()
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(4, Qt.SortOrder.DescendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultSectionSize(18)
+        self.table.setColumnWidth(0, 260)
+        self.trend = QtTrendPlot()
+        split = QSplitter(Qt.Orientation.Horizontal)
+        left = QWidget()
+        col = QVBoxLayout(left)
+        col.setContentsMargins(2, 2, 2, 2)
+        col.addWidget(self.summary)
+        col.addWidget(self.table)
+        split.addWidget(left)
+        split.addWidget(self.trend)
+        split.setSizes([700, 300])
+        self.setWidget(split)
+        self._syncing = False
+        self.table.selectionModel().selectionChanged.connect(self._on_rows)
+
+    def set_figures(self, graph: Graph, ledger: Ledger, bound: int, peak: int, trend: list[int], cursor: int) -> None:
+        t = ledger.total
+        ratio = t.bytes / bound if bound else 0.0
+        self.summary.set_text(
+            f"<b>moved</b> {human_bytes(t.bytes)} &nbsp; <b>bound</b> {human_bytes(bound)} &nbsp; "
+            f"<b>moved/bound</b> {ratio:.2f}× &nbsp; <b>FLOPs</b> {human_count(t.flops)} &nbsp; "
+            f"<b>peak memory</b> {human_bytes(peak)} &nbsp; <b>kernels</b> {len(graph.nodes)}")
+        self._syncing = True
+        try:
+            self.model.set_graph(graph, ledger)
+        finally:
+            self._syncing = False
+        self.trend.set_trend(trend, bound, cursor)
+
+    def select_ids(self, ids: list[str]) -> None:
+        wanted = set(ids)
+        sel = QItemSelection()
+        for row, r in enumerate(self.model.rows):
+            if r[0] in wanted:
+                idx = self.model.index(row, 0)
+                sel.select(idx, idx)
+        self._syncing = True
+        try:
+            flags = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+            self.table.selectionModel().select(sel, flags)
+            if not sel.isEmpty():
+                self.table.scrollTo(sel.indexes()[0])
+        finally:
+            self._syncing = False
+
+    def selected_ids(self) -> list[str]:
+        rows = {i.row() for i in self.table.selectionModel().selectedRows()}
+        return [self.model.rows[r][0] for r in sorted(rows)]
+
+    def _on_rows(self, *_args) -> None:
+        if not self._syncing:
+            self.selectionChangedIds.emit(self.selected_ids())

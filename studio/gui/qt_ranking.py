@@ -1,0 +1,101 @@
+"""``QtRanker``: the Transformations dock's matches, ranked off the GUI thread, debounced and cached.
+
+``schedule`` (re)starts a short timer; ``rank`` snapshots the session's graph, the
+selected and the visible kernels, and runs ``ranking.rank_groups`` as a window task
+(cancelling the previous one). Groups reach the dock as soon as they are checked,
+then again once ranked. Results are cached per (graph, selection, viewport), so undo
+and redo show their lists at once, and each match's prediction is kept per graph, so
+a new selection or a scrolled viewport only ranks the matches not seen before. A child of the window; it reaches the window
+through ``parent()`` (no Python reference cycle).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from PySide6.QtCore import QObject, QTimer
+
+from studio.gui.qt_workers import QtTask
+from studio.gui.ranking import rank_groups
+
+CACHE_SIZE = 24
+
+
+class QtRanker(QObject):
+    def __init__(self, window, delay_ms: int = 150) -> None:
+        super().__init__(window)
+        self.task: QtTask | None = None
+        self.cache: OrderedDict = OrderedDict()
+        self.known: OrderedDict = OrderedDict()
+        self.delay_ms = delay_ms
+        self.timer = QTimer(self, singleShot=True, interval=delay_ms)
+        self.timer.timeout.connect(self.rank)
+
+    def schedule(self, delay_ms: int | None = None) -> None:
+        self.timer.start(self.delay_ms if delay_ms is None else delay_ms)
+
+    def rank(self) -> None:
+        """Rank the matches for selection, viewport and whole graph in the background."""
+        w = self.parent()
+        if w.session is None:
+            return
+        graph = w.session.graph
+        sel = tuple(w.view.selected_ids()) or None
+        vp = tuple(w.view.viewport_ids()) or None
+        key = (id(graph), sel, vp)
+        if key in self.cache and self.cache[key][0] is graph:
+            self._show(self.cache[key][1])
+            return
+        if self.task is not None:
+            self.task.cancel()
+        known = self._known(graph)
+        task = w.run_task("Ranking matches", lambda token, progress: rank_groups(
+            graph, sel, vp, token=token, progress=progress, known=known,
+            on_group=lambda label, rows: progress.partial((label, rows))), track=False,
+            context={"key": key, "graph": graph, "shown": {}})
+        task.progressed.connect(self._progress)
+        task.partial.connect(self._part)
+        task.succeeded.connect(self._done)
+        self.task = task
+
+    def _known(self, graph) -> dict:
+        """Matches of ``graph`` ranked before (a new selection or viewport re-ranks only the new ones)."""
+        hit = self.known.get(id(graph))
+        if hit is None or hit[0] is not graph:
+            hit = self.known[id(graph)] = (graph, {})
+            while len(self.known) > CACHE_SIZE:
+                self.known.popitem(last=False)
+        return hit[1]
+
+    def _current(self, task) -> bool:
+        w = self.parent()
+        return task is self.task and w.session is not None and task.context["graph"] is w.session.graph
+
+    def _progress(self, done: int, total: int, what: str) -> None:
+        if self.sender() is self.task:
+            self.parent().transformations.set_status(f"{what}: {done} of {total}…")
+
+    def _part(self, item) -> None:
+        """Show a group as soon as it is checked, and again once ranked (Selection first: it is small)."""
+        task = self.sender()
+        label, rows = item
+        task.context["shown"][label] = rows
+        if self._current(task):
+            self.parent().transformations.show_groups(task.context["shown"])
+
+    def _done(self, groups) -> None:
+        task = self.sender()
+        self.cache[task.context["key"]] = (task.context["graph"], groups)
+        while len(self.cache) > CACHE_SIZE:
+            self.cache.popitem(last=False)
+        current = self._current(task)
+        if task is self.task:
+            self.task = None
+        if current:
+            self._show(groups)
+
+    def _show(self, groups) -> None:
+        dock = self.parent().transformations
+        dock.show_groups(groups)
+        n = sum(len(v) for v in groups.values())
+        ok = sum(1 for v in groups.values() for r in v if r.ok)
+        dock.set_status(f"{ok} applicable of {n} matches, ranked by predicted bytes saved")

@@ -1,0 +1,93 @@
+"""The graph scene, kept in step with a ``Placement`` incrementally.
+
+``QtGraphScene.sync`` compares the new placement with the items it holds: an item
+whose key, geometry and text are unchanged stays (moved with ``setPos`` when only
+its position changed), others are replaced, and items whose keys are gone are
+removed. After applying a transformation only the touched kernels and their edges
+are rebuilt, so the view repaints only that region (rebuilding the whole scene
+costs tens of milliseconds on the BERT layer, and repaints everything).
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF
+from PySide6.QtWidgets import QGraphicsScene
+
+from ir.graph import Graph
+from ir.movement import Ledger
+from studio.gui import layout as lay
+from studio.gui.describe import box_text
+from studio.gui.placement import Placement
+from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem
+from studio.gui.scope_tree import ScopeTree
+
+
+class QtGraphScene(QGraphicsScene):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.boxes: dict[str, QtBoxItem] = {}
+        self.frames: dict[str, QtFrameItem] = {}
+        self.edge_items: dict[tuple[str, str, str], QtEdgeItem] = {}
+
+    def sync(self, placement: Placement, tree: ScopeTree, graph: Graph, ledger: Ledger) -> None:
+        """Make the items match ``placement`` (see the module docstring)."""
+        self._sync_frames(placement, tree)
+        self._sync_edges(placement, tree)
+        self._sync_boxes(placement, tree, graph, ledger)
+        m = 60.0
+        rect = QRectF(-m, -m, placement.width + 2 * m, placement.height + 2 * m)
+        if rect != self.sceneRect():
+            self.setSceneRect(rect)
+
+    def _sync_frames(self, placement: Placement, tree: ScopeTree) -> None:
+        old, self.frames = self.frames, {}
+        for f in placement.frames.values():
+            rect, title = QRectF(f.x, f.y, f.w, f.h), tree.label(f.key)
+            item = old.pop(f.key, None)
+            if item is None or item.rect.size() != rect.size() or item.title != title or item.depth != f.depth:
+                if item is not None:
+                    self.removeItem(item)
+                item = QtFrameItem(f.key, rect, title, f.depth, lay.TITLE)
+                self.addItem(item)
+            elif item.rect != rect:
+                item.rect = rect
+                item.setPos(rect.topLeft())
+            self.frames[f.key] = item
+        for item in old.values():
+            self.removeItem(item)
+
+    def _sync_edges(self, placement: Placement, tree: ScopeTree) -> None:
+        old, self.edge_items = self.edge_items, {}
+        for e in placement.edges:
+            key = (e.group, e.src, e.dst)
+            weight = len(tree.edges[e.group][(e.src, e.dst)])
+            item = old.pop(key, None)
+            if item is None or item.points != e.points or item.weight != weight:
+                if item is not None:
+                    self.removeItem(item)
+                item = QtEdgeItem(e.src, e.dst, e.group, e.points, weight)
+                self.addItem(item)
+            self.edge_items[key] = item
+        for item in old.values():
+            self.removeItem(item)
+
+    def _sync_boxes(self, placement: Placement, tree: ScopeTree, graph: Graph, ledger: Ledger) -> None:
+        old, self.boxes = self.boxes, {}
+        for b in placement.boxes.values():
+            rect = QRectF(b.x, b.y, b.w, b.h)
+            title, subtitle = box_text(graph, tree, ledger, b.key)
+            pass_, is_group = tree.passes.get(b.key), tree.is_group(b.key)
+            item = old.pop(b.key, None)
+            if item is None or (item.rect.size(), item.title, item.subtitle, item.pass_, item.is_group) != \
+                    (rect.size(), title, subtitle, pass_, is_group):
+                selected = item is not None and item.isSelected()
+                if item is not None:
+                    self.removeItem(item)
+                item = QtBoxItem(b.key, rect, title, subtitle, pass_, is_group)
+                self.addItem(item)
+                item.setSelected(selected)
+            elif item.rect != rect:
+                item.rect = rect
+                item.setPos(rect.topLeft())
+            self.boxes[b.key] = item
+        for item in old.values():
+            self.removeItem(item)

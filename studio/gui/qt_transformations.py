@@ -1,0 +1,150 @@
+"""The Transformations dock: ranked matches grouped as Selection, Viewport and Whole graph.
+
+Rows show the transformation, where it applies, the predicted bytes saved and its
+status; matches whose check fails are greyed, with the check's reason (which names
+the nodes) as status and tooltip. Hovering a row emits ``hovered`` with the kernels
+it would touch; *Preview* shows the diff (the view marks removed and changed
+kernels, the pane lists them with the new kernels' IR); *Apply* and *Apply all of
+this kind* only emit requests: the window turns them into undo commands.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSplitter,
+                               QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
+
+from studio.cli import human_bytes
+from studio.gui.ranking import GROUPS, Preview
+from transforms.engine import Ranked
+
+ROLE = Qt.ItemDataRole.UserRole
+
+
+class _Tree(QTreeWidget):
+    left = Signal()
+
+    def leaveEvent(self, event) -> None:
+        super().leaveEvent(event)
+        self.left.emit()
+
+
+class QtTransformationsDock(QDockWidget):
+    """See the module docstring."""
+
+    hovered = Signal(object)              # Ranked or None
+    previewRequested = Signal(object)     # Ranked
+    applyRequested = Signal(object)       # Ranked
+    applyAllRequested = Signal(object)    # Ranked (its transformation is the kind)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Transformations", parent)
+        self.setObjectName("dock.transformations")
+        self.tree = _Tree()
+        self.tree.setHeaderLabels(["Transformation", "Where", "Saves", "Status"])
+        self.tree.setMouseTracking(True)
+        self.tree.setRootIsDecorated(True)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setColumnWidth(0, 170)
+        self.tree.setColumnWidth(1, 190)
+        self.tree.setColumnWidth(2, 72)
+        self.status = QLabel("no model")
+        self.preview_button = QPushButton("Preview")
+        self.apply_button = QPushButton("Apply")
+        self.apply_all_button = QPushButton("Apply all of this kind")
+        self.diff = QPlainTextEdit(readOnly=True)
+        self.diff.setPlaceholderText("Preview shows what a match would add, remove and change.")
+        self.diff.setFont(QFont("DejaVu Sans Mono", 8))
+        buttons = QHBoxLayout()
+        for b in (self.preview_button, self.apply_button, self.apply_all_button):
+            buttons.addWidget(b)
+        top = QWidget()
+        col = QVBoxLayout(top)
+        col.setContentsMargins(2, 2, 2, 2)
+        col.addWidget(self.status)
+        col.addWidget(self.tree)
+        col.addLayout(buttons)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(top)
+        split.addWidget(self.diff)
+        split.setSizes([420, 200])
+        self.setWidget(split)
+        self.tree.itemEntered.connect(lambda item, _c: self.hovered.emit(item.data(0, ROLE)))
+        self.tree.left.connect(lambda: self.hovered.emit(None))
+        self.tree.currentItemChanged.connect(self._on_current)
+        self.tree.itemDoubleClicked.connect(lambda item, _c: self._request(self.applyRequested, item))
+        self.preview_button.clicked.connect(lambda: self._request(self.previewRequested))
+        self.apply_button.clicked.connect(lambda: self._request(self.applyRequested))
+        self.apply_all_button.clicked.connect(lambda: self._request(self.applyAllRequested))
+        self.wanted: tuple | None = None        # the row the user chose; kept across re-listings
+        self._filling = False
+        self._update_buttons()
+
+    def _on_current(self, *_args) -> None:
+        if not self._filling and (r := self.current()) is not None:
+            self.wanted = (r.transformation.name, r.match.anchors)
+        self._update_buttons()
+
+    def current(self) -> Ranked | None:
+        item = self.tree.currentItem()
+        return item.data(0, ROLE) if item is not None else None
+
+    def _request(self, signal, item: QTreeWidgetItem | None = None) -> None:
+        r = (item or self.tree.currentItem()).data(0, ROLE) if (item or self.tree.currentItem()) else None
+        if r is not None and r.ok:
+            signal.emit(r)
+
+    def _update_buttons(self) -> None:
+        r = self.current()
+        for b in (self.preview_button, self.apply_button, self.apply_all_button):
+            b.setEnabled(r is not None and r.ok)
+
+    def set_status(self, text: str) -> None:
+        self.status.setText(text)
+
+    def show_groups(self, groups: dict[str, list[Ranked]]) -> None:
+        """Replace the listing (keeps the current match selected when it is still there)."""
+        self._filling = True
+        self.tree.clear()
+        grey = QBrush(QColor("#9a9a9a"))
+        for label in GROUPS:
+            rows = groups.get(label, [])
+            ok = sum(1 for r in rows if r.ok)
+            head = QTreeWidgetItem(self.tree, [f"{label}", f"{ok} applicable of {len(rows)}", "", ""])
+            head.setFirstColumnSpanned(False)
+            head.setFlags(Qt.ItemFlag.ItemIsEnabled)
+            for r in rows:
+                saved = human_bytes(r.bytes_saved) if r.delta is not None else "…" if r.ok else ""
+                item = QTreeWidgetItem(head, [r.transformation.name, r.match.label or ", ".join(r.match.anchors),
+                                              saved, "ok" if r.ok else r.reason])
+                item.setData(0, ROLE, r)
+                item.setToolTip(3, r.reason or "applicable")
+                item.setToolTip(1, "\n".join(r.match.anchors))
+                if not r.ok:
+                    for c in range(4):
+                        item.setForeground(c, grey)
+                if self.wanted == (r.transformation.name, r.match.anchors):
+                    self.tree.setCurrentItem(item)
+            head.setExpanded(label != "Whole graph" or ok <= 200)
+        self._filling = False
+        self._update_buttons()
+
+    def rows(self) -> list[Ranked]:
+        """All listed matches, in display order."""
+        out = []
+        for k in range(self.tree.topLevelItemCount()):
+            head = self.tree.topLevelItem(k)
+            out.extend(head.child(j).data(0, ROLE) for j in range(head.childCount()))
+        return out
+
+    def select_row(self, r: Ranked) -> None:
+        for k in range(self.tree.topLevelItemCount()):
+            head = self.tree.topLevelItem(k)
+            for j in range(head.childCount()):
+                if head.child(j).data(0, ROLE) is r:
+                    self.tree.setCurrentItem(head.child(j))
+                    self.wanted = (r.transformation.name, r.match.anchors)
+                    return
+
+    def show_preview(self, p: Preview | None, error: str = "") -> None:
+        self.diff.setPlainText(error if p is None else p.text)

@@ -1,0 +1,113 @@
+"""Real-window screenshots of the studio under Xvfb: ``python -m studio.gui.screenshots OUTDIR``.
+
+Starts ``Xvfb :99`` (no xvfb-run), runs the window on the xcb platform with the
+bundled example, and captures the whole X screen with ImageMagick's
+``import -window root`` at three moments:
+
+- ``main_heatmap.png``: the main window with the bytes heatmap (log scale) and legend;
+- ``transformations_preview.png``: kernels selected, their matches ranked, the best
+  one previewed (removed and changed kernels marked in the view, the diff in the pane);
+- ``zoomed.png``: a close-up of the attention scope, labels and edges at full detail.
+
+Exit code 0 when all three files were written.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DISPLAY = ":99"
+SIZE = (1600, 1000)
+
+
+def _start_xvfb() -> subprocess.Popen:
+    if shutil.which("Xvfb") is None or shutil.which("import") is None:
+        raise SystemExit("screenshots need Xvfb and ImageMagick's import (bash .ci/setup-env gui installs them)")
+    proc = subprocess.Popen(["Xvfb", DISPLAY, "-screen", "0", f"{SIZE[0]}x{SIZE[1]}x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    if proc.poll() is not None:
+        raise SystemExit(f"Xvfb {DISPLAY} did not start (is another server using it?)")
+    return proc
+
+
+def _wait(app, cond, timeout_s: float = 120.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.02)
+    return cond()
+
+
+def _settle(app, seconds: float = 0.8) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.02)
+
+
+def _capture(path: Path) -> None:
+    subprocess.run(["import", "-display", DISPLAY, "-window", "root", str(path)], check=True)
+    print(f"wrote {path}")
+
+
+def _shoot(out: Path) -> None:
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+    from studio.gui.qt_main_window import QtMainWindow
+    app = QApplication([sys.argv[0]])
+    w = QtMainWindow(QSettings(str(out / ".screenshots.ini"), QSettings.Format.IniFormat), restore_policy="never",
+                     autosave=False)
+    w.setGeometry(0, 0, *SIZE)
+    w.show()
+    w.open_model()
+    _wait(app, lambda: w.session is not None and w.view.placement is not None and w.view.placement.exact)
+    w.set_heatmap("log")
+    w.view.fit(readable=True)
+    _settle(app)
+    _capture(out / "main_heatmap.png")
+    ids = [i for i in w.session.graph.nodes if i.startswith("/layer/attention/self/")]
+    w.set_heatmap(None)
+    w.view.select(ids)
+    def ranked() -> list:
+        head = w.transformations.tree.topLevelItem(0)
+        rows = [head.child(j).data(0, 0x0100) for j in range(head.childCount())] if head else []
+        return rows if rows and all(r.delta is not None for r in rows if r.ok) else []
+
+    _wait(app, lambda: bool(ranked()))
+    best = next(r for r in ranked() if r.ok)
+    w.transformations.select_row(best)
+    w.preview_current()
+    _wait(app, lambda: w.view.placement.exact)
+    _settle(app, 1.5)
+    _capture(out / "transformations_preview.png")
+    w.view.resetTransform()
+    w.view.scale(1.0, 1.0)
+    w.view.reveal("/layer/attention/self/Softmax")
+    _wait(app, lambda: w.view.placement.exact)
+    _settle(app)
+    _capture(out / "zoomed.png")
+    w.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0] if args else "screenshots").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    xvfb = _start_xvfb()
+    os.environ.update(DISPLAY=DISPLAY, QT_QPA_PLATFORM="xcb")
+    try:
+        _shoot(out)
+    finally:
+        xvfb.terminate()
+        xvfb.wait(10)
+    return 0 if all((out / n).exists() for n in ("main_heatmap.png", "transformations_preview.png", "zoomed.png")) \
+        else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""GUI test fixtures (pytest-qt, offscreen via tests/conftest.py).
+
+- ``no_leaked_windows`` (autouse): fails a test that leaves a top-level widget alive
+  (a window, a message box, a palette), as napari's ``make_napari_viewer`` does.
+- ``make_window``: main windows with their settings in a temporary INI file, closed
+  and deleted (with their background tasks finished) after the test.
+- ``bert_model``: the bundled example copied to a temporary folder, so autosaves
+  land there.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, QThreadPool
+from PySide6.QtWidgets import QApplication
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "bert_layer_base_train.onnx"
+
+
+def _flush() -> None:
+    QThreadPool.globalInstance().waitForDone(20000)
+    for _ in range(3):
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        QApplication.processEvents()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_windows(qapp):
+    before = {id(w) for w in QApplication.topLevelWidgets()}
+    yield
+    _flush()
+    leaked = [w for w in QApplication.topLevelWidgets() if id(w) not in before]
+    names = [f"{type(w).__name__}({w.objectName() or w.windowTitle()!r}, visible={w.isVisible()})" for w in leaked]
+    for w in leaked:
+        w.close()
+        w.deleteLater()
+    _flush()
+    assert not leaked, f"top-level widgets leaked by the test: {names}"
+
+
+@pytest.fixture
+def settings(tmp_path) -> QSettings:
+    return QSettings(str(tmp_path / "dcstudio.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def make_window(qapp, settings):
+    from studio.gui.qt_main_window import QtMainWindow
+    made = []
+
+    def make(**kw) -> QtMainWindow:
+        kw.setdefault("restore_policy", "never")
+        w = QtMainWindow(kw.pop("settings", settings), **kw)
+        w.resize(1400, 900)
+        w.show()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.close()
+        w.deleteLater()
+    _flush()
+
+
+@pytest.fixture
+def bert_model(tmp_path) -> Path:
+    path = tmp_path / EXAMPLE.name
+    shutil.copy(EXAMPLE, path)
+    return path

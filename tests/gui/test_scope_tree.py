@@ -1,0 +1,78 @@
+"""The scope tree (no Qt): scope paths from names, singleton compression, chunking, aggregated edges."""
+from __future__ import annotations
+
+import pytest
+
+from ir.onnx_import import import_model
+from studio.gui.passes import Pass, classify
+from studio.gui.scope_tree import ROOT, ScopeTree, scope_path
+from tests.gui.synthetic import flat_group, training_graph
+from tests.gui.conftest import EXAMPLE
+
+
+@pytest.mark.parametrize("name, path, leaf", [
+    ("/layer/attention/self/MatMul_1", ("layer", "attention", "self"), "MatMul_1"),
+    ("Add:layer.attention.self.query.weight.denom", ("layer", "attention", "self", "query", "weight"), "denom"),
+    ("fused:/layer/output/Add/expanded", ("layer", "output", "Add"), "expanded"),
+    ("fused:Pow:adamw.b1t/expanded", ("adamw", "b1t"), "expanded"),
+    ("onnx::ReduceMean::7_Grad/Div_2", ("onnx::ReduceMean::7_Grad",), "Div_2"),
+    ("node_Mul_12", (), "node_Mul_12"),
+])
+def test_scope_path(name, path, leaf):
+    assert scope_path(name) == (path, leaf)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    g = import_model(EXAMPLE)
+    return g, ScopeTree(g)
+
+
+def test_bert_groups_by_scope_without_singletons(bert):
+    g, tree = bert
+    assert sorted(tree.members(ROOT)) == sorted(g.nodes)
+    assert all(len(gr.children) >= 2 for k, gr in tree.groups.items() if k != ROOT)
+    layer = tree.groups["group:layer"]
+    assert {tree.label(c) for c in layer.children} >= {"attention", "output"}
+    assert tree.label("group:layer/intermediate/dense") == "intermediate/dense"   # compressed, joined label
+    assert tree.parent["/layer/attention/self/MatMul_1"] == "group:layer/attention/self"
+
+
+def test_edges_are_aggregated_in_the_lowest_common_group(bert):
+    g, tree = bert
+    for group, edges in tree.edges.items():
+        for (a, b), names in edges.items():
+            assert tree.parent[a] == group == tree.parent[b] and a != b and names
+    for n in g.nodes.values():                   # every dependency is carried by the edge of its lowest group
+        for m in n.inputs:
+            if m is None or (p := g.producer(m.container)) is None or p.id == n.id:
+                continue
+            up, down = tree.chain[p.id] + (p.id,), tree.chain[n.id] + (n.id,)
+            k = next(k for k in range(min(len(up), len(down))) if up[k] != down[k])
+            assert m.container in tree.edges[up[k - 1]][(up[k], down[k])]
+
+
+def test_a_big_flat_scope_is_chunked_and_expansion_respects_the_budget():
+    g = flat_group(300)
+    tree = ScopeTree(g, max_children=120, chunk=48)
+    wide = tree.groups["group:wide"]
+    assert len(wide.children) <= 120 and all(tree.is_group(c) for c in wide.children)
+    assert all(len(tree.groups[c].children) <= 120 for c in tree.groups)
+    assert sorted(tree.members("group:wide")) == sorted(i for i in g.nodes if i.startswith("/wide/"))
+    flat = ScopeTree(g, max_children=400)
+    assert len(flat.groups["group:wide"].children) == 300
+    big = ScopeTree(training_graph(8))
+    shown = big.initial_expansion(budget=60)
+    visible = {big.visible(i, shown) for i in big.members(ROOT)}
+    assert len(visible) <= 60
+
+
+def test_passes_of_the_bert_training_step(bert):
+    g, tree = bert
+    passes = classify(g)
+    loss = next(o for o in g.outputs if g.containers[o].role.value == "output")
+    assert passes[g.producer(loss).id] is Pass.FORWARD
+    assert passes["/layer/attention/self/MatMul_1"] is Pass.FORWARD
+    assert passes["/layer/attention/self/Softmax_Grad/SoftmaxGrad_13_0"] is Pass.BACKWARD
+    assert passes["Sub:layer.output.dense.weight.new"] is Pass.OPTIMIZER
+    assert tree.groups["group:layer/output/dense/weight"].pass_ is None    # g*g is backward, m/v optimizer
