@@ -187,7 +187,7 @@ class Session:
         graph = self.graph.clone()
         ledger = self.ledger.copy()
         ledger.graph = graph
-        app = apply_step(graph, step, self._cursor + 1)
+        app = apply_step(graph, step, self._cursor + 1, backup=False)
         ledger.update(app.removed, app.changed, app.created)
         step = Step(step.transformation, step.params, step.anchors, ledger.total.bytes)
         del self._states[self._cursor + 1:]

@@ -30,28 +30,30 @@ def _figures(graph: Graph, ids: Iterable[str]) -> dict[str, Estimate]:
 
 
 def apply(graph: Graph, t: Transformation, match: Match, step: int = 0, *,
-          check_verify: bool = True) -> Application:
-    """Apply ``t`` at ``match`` in place; return the Application (see module docstring)."""
+          check_verify: bool = True, backup: bool = True) -> Application:
+    """Apply ``t`` at ``match`` in place; return the Application (see module docstring).
+    ``backup=False`` skips the rollback copy, for callers that work on a throw-away clone."""
     res = t.check(graph, match)
     if not res.ok:
         node = graph.nodes.get(res.nodes[0]) if res.nodes else None
         raise MatchFailure(f"{t.name} does not apply: {res.reason}", node, graph)
     affected = tuple(dict.fromkeys(t.affected(graph, match)))
     before = _figures(graph, affected)
-    backup = graph.clone()
+    reports_figures = type(t).figures is not Transformation.figures   # needs the graph before the rewrite
+    saved = graph.clone() if backup or reports_figures else None
     try:
         touched = t.rewrite(graph, match, step)
         _ensure(graph, t, affected, before, touched, check_verify)
     except StudioError:
-        _restore(graph, backup)
+        _restore(graph, saved)
         raise
     except Exception as e:  # noqa: BLE001 - a rewrite bug must not leave a half-edited graph
-        _restore(graph, backup)
+        _restore(graph, saved)
         raise PostconditionError(f"{t.name} failed while rewriting: {type(e).__name__}: {e}", None, graph) from e
     after = _figures(graph, touched.created + touched.changed)
     delta = sum(after.values(), Estimate()) - sum((before[i] for i in touched.removed + touched.changed), Estimate())
     return Application(t.name, t.params(), match.anchors, touched.created, touched.removed, touched.changed,
-                       delta, step, t.figures(backup, graph))
+                       delta, step, t.figures(saved, graph) if reports_figures else {})
 
 
 def _ensure(graph: Graph, t: Transformation, affected, before, touched, check_verify: bool) -> None:
@@ -68,8 +70,9 @@ def _ensure(graph: Graph, t: Transformation, affected, before, touched, check_ve
             raise PostconditionError(f"{t.name} produced an invalid graph: {e.summary}", e.node, graph) from e
 
 
-def _restore(graph: Graph, backup: Graph) -> None:
-    graph.__dict__.update(backup.__dict__)
+def _restore(graph: Graph, saved: Graph | None) -> None:
+    if saved is not None:
+        graph.__dict__.update(saved.__dict__)
 
 
 @dataclass(frozen=True)

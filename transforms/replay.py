@@ -62,8 +62,10 @@ class StepReport:
         return d
 
 
-def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None) -> Application:
-    """Apply one history step; errors become ReplayError naming the step."""
+def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None,
+               backup: bool = True) -> Application:
+    """Apply one history step; errors become ReplayError naming the step. ``backup=False`` when
+    ``graph`` is a throw-away copy (the Session applies to a clone and keeps the original)."""
     try:
         t = create(step.transformation, step.params)
     except StudioError as e:
@@ -74,7 +76,7 @@ def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None
                           f"stale anchor {', '.join(repr(s) for s in stale)}: no such node in the graph "
                           "(the model or an earlier step differs from when the history was recorded)", path=path)
     try:
-        return engine.apply(graph, t, Match(t.name, step.anchors), number)
+        return engine.apply(graph, t, Match(t.name, step.anchors), number, backup=backup)
     except StudioError as e:
         raise ReplayError(number, step.transformation, e.summary, path=path) from None
 
