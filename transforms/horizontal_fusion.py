@@ -36,9 +36,10 @@ from typing import ClassVar, Iterable, Iterator
 from ir import fused_ops
 from ir.graph import Graph
 from ir.nodes import MapNode
-from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail
+from transforms.base import Match, MatchResult, Touched, fail
 from transforms.fusion import FusionError, host_sibling, merge_siblings, reaches, swap_kernels, touched
 from transforms.map_fusion import fused_id
+from transforms.planned import PlannedFusion
 from transforms.registry import register
 from transforms.scopes import same_space
 
@@ -64,7 +65,7 @@ def group_id(a, b) -> str:
 
 @register
 @dataclass(frozen=True)
-class HorizontalFusion(Transformation):
+class HorizontalFusion(PlannedFusion):
     name: ClassVar[str] = "horizontal_fusion"
     level: ClassVar[int] = 2
 
@@ -118,16 +119,6 @@ class HorizontalFusion(Transformation):
                     errors.append(str(e))
         raise FusionError(f"'{a.id}' and '{b.id}' have different iteration spaces, and neither runs "
                           f"inside the other: {errors[0]}")
-
-    def check(self, graph: Graph, match: Match) -> MatchResult:
-        plan = self._plan(graph, match)
-        if isinstance(plan, MatchResult):
-            return plan
-        try:
-            self._build(graph, plan)
-        except FusionError as e:
-            return fail(str(e), plan[0].id, plan[1].id)
-        return OK
 
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
         plan = self._plan(graph, match)

@@ -24,8 +24,9 @@ from typing import ClassVar, Iterable, Iterator
 
 from ir.graph import Graph
 from ir.nodes import MapNode
-from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
-from transforms.fusion import FusionError, creates_cycle, fuse_point
+from transforms.base import Match, MatchResult, Touched, fail, scope
+from transforms.fusion import creates_cycle, fuse_point
+from transforms.planned import PlannedFusion, two_maps
 from transforms.registry import register
 
 
@@ -49,7 +50,7 @@ def edges(graph: Graph, within: Iterable[str] | None):
 
 @register
 @dataclass(frozen=True)
-class MapFusion(Transformation):
+class MapFusion(PlannedFusion):
     name: ClassVar[str] = "map_fusion"
     level: ClassVar[int] = 2
 
@@ -61,14 +62,10 @@ class MapFusion(Transformation):
                 yield self.match(p.id, c.id, label=f"fuse {p.label} → {c.label}")
 
     def _plan(self, graph: Graph, match: Match) -> tuple[MapNode, MapNode, str] | MatchResult:
-        if len(match.anchors) != 2:
-            return fail("map_fusion needs two anchors (producer, consumer)")
-        p, c = (graph.nodes.get(a) for a in match.anchors)
-        for ident, node in zip(match.anchors, (p, c)):
-            if node is None:
-                return fail(f"no node '{ident}'", ident)
-            if not isinstance(node, MapNode):
-                return fail(f"'{ident}' is a library node, not a map; expand it first", ident)
+        maps = two_maps(graph, match, self.name)
+        if isinstance(maps, MatchResult):
+            return maps
+        p, c = maps
         shared = [m.container for m in c.inputs if graph.producer(m.container) is p]
         if not shared:
             return fail(f"'{c.id}' reads nothing that '{p.id}' writes", p.id, c.id)
@@ -79,16 +76,9 @@ class MapFusion(Transformation):
                         "create a cycle", p.id, c.id)
         return p, c, shared[0]
 
-    def check(self, graph: Graph, match: Match) -> MatchResult:
-        plan = self._plan(graph, match)
-        if isinstance(plan, MatchResult):
-            return plan
+    def _build(self, graph: Graph, plan) -> MapNode:
         p, c, container = plan
-        try:
-            fuse_point(graph, p, c, container, fused_id(graph, p.id))
-        except FusionError as e:
-            return fail(str(e), p.id, c.id)
-        return OK
+        return fuse_point(graph, p, c, container, fused_id(graph, p.id))
 
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
         p, c, container = self._plan(graph, match)

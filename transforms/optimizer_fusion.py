@@ -42,11 +42,12 @@ from ir import fused_ops, lowering
 from ir.containers import Role
 from ir.graph import Graph
 from ir.nodes import MapNode, OpNode, Tasklet
-from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
-from transforms.fusion import (FusionError, absorb_consumer, creates_cycle, drop_dead, fuse_epilogue, swap_kernels,
+from transforms.base import Match, MatchResult, Touched, fail, scope
+from transforms.fusion import (absorb_consumer, creates_cycle, drop_dead, fuse_epilogue, swap_kernels,
                                touched)
 from transforms.gemm_epilogue_fusion import epilogue_id
 from transforms.map_fusion import fused_id
+from transforms.planned import PlannedFusion
 from transforms.registry import register
 
 OPTIMIZERS = ("AdamW", "SGD", "Lion")
@@ -81,7 +82,7 @@ def update_map(graph: Graph, node) -> MapNode:
 
 @register
 @dataclass(frozen=True)
-class OptimizerFusion(Transformation):
+class OptimizerFusion(PlannedFusion):
     name: ClassVar[str] = "optimizer_fusion"
     level: ClassVar[int] = 4
 
@@ -125,16 +126,6 @@ class OptimizerFusion(Transformation):
         if isinstance(g, MapNode):
             return absorb_consumer(graph, g, c, shared, fused_id(graph, g.id))
         return fuse_epilogue(graph, g, c, epilogue_id(g.id))
-
-    def check(self, graph: Graph, match: Match) -> MatchResult:
-        plan = self._plan(graph, match)
-        if isinstance(plan, MatchResult):
-            return plan
-        try:
-            self._build(graph, plan)
-        except FusionError as e:
-            return fail(str(e), plan[0].id, plan[1].id)
-        return OK
 
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
         plan = self._plan(graph, match)

@@ -55,10 +55,11 @@ from typing import ClassVar, Iterable, Iterator
 
 from ir.graph import Graph
 from ir.nodes import MapNode, Tasklet
-from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail
-from transforms.fusion import (FusionError, absorb_consumer, creates_cycle, drop_dead, inline_producer,
+from transforms.base import Match, MatchResult, Touched, fail
+from transforms.fusion import (absorb_consumer, creates_cycle, drop_dead, inline_producer,
                                swap_kernels, touched)
 from transforms.map_fusion import edges, fused_id
+from transforms.planned import PlannedFusion, two_maps
 from transforms.registry import register
 
 SIDES = ("any", "producer", "consumer")
@@ -78,7 +79,7 @@ def side_of(p: MapNode, c: MapNode) -> str | None:
 
 @register
 @dataclass(frozen=True)
-class ReductionFusion(Transformation):
+class ReductionFusion(PlannedFusion):
     name: ClassVar[str] = "reduction_fusion"
     level: ClassVar[int] = 2
     side: str = "any"
@@ -95,14 +96,10 @@ class ReductionFusion(Transformation):
     def _plan(self, graph: Graph, match: Match) -> tuple[MapNode, MapNode, list[str], str] | MatchResult:
         if self.side not in SIDES:
             return fail(f"unknown side '{self.side}' (choose one of {', '.join(SIDES)})")
-        if len(match.anchors) != 2:
-            return fail("reduction_fusion needs two anchors (producer, consumer)")
-        p, c = (graph.nodes.get(a) for a in match.anchors)
-        for ident, node in zip(match.anchors, (p, c)):
-            if node is None:
-                return fail(f"no node '{ident}'", ident)
-            if not isinstance(node, MapNode):
-                return fail(f"'{ident}' is a library node, not a map; expand it first", ident)
+        maps = two_maps(graph, match, self.name)
+        if isinstance(maps, MatchResult):
+            return maps
+        p, c = maps
         side = side_of(p, c)
         if side is None:
             return fail(f"neither '{p.id}' nor '{c.id}' is a reduction kernel (use map_fusion)", p.id, c.id)
@@ -118,21 +115,12 @@ class ReductionFusion(Transformation):
                         "create a cycle", p.id, c.id)
         return p, c, shared, side
 
-    def _build(self, graph: Graph, plan, new_id: str) -> MapNode:
+    def _build(self, graph: Graph, plan, new_id: str | None = None) -> MapNode:
         p, c, shared, side = plan
+        new_id = new_id or fused_id(graph, p.id)
         if side == "producer":
             return inline_producer(graph, p, c, shared[0], new_id)
         return absorb_consumer(graph, p, c, shared, new_id)
-
-    def check(self, graph: Graph, match: Match) -> MatchResult:
-        plan = self._plan(graph, match)
-        if isinstance(plan, MatchResult):
-            return plan
-        try:
-            self._build(graph, plan, fused_id(graph, plan[0].id))
-        except FusionError as e:
-            return fail(str(e), plan[0].id, plan[1].id)
-        return OK
 
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
         plan = self._plan(graph, match)
