@@ -3,5 +3,10 @@
 - ``numpy_ref/``  the NumPy reference executor: ``executor.run`` (kernels in topological order),
   ``maps.run_map`` (vectorized map semantics), ``registry.NUMPY_KERNELS`` filled by the op-family
   files (``elementwise``, ``reduce``, ``linalg``, ``nn``, ``shape``, ``loss``, ``training``, ``optimizer``).
-Later: ``numba_cpu/`` and ``cupy_cuda/`` backends, module export and timing.
+- ``numba_cpu/``  the CPU backend: every map becomes a numba loop nest (vectorizable exp/tanh/erf with
+  tested error bounds), library ops call NumPy/BLAS into planned buffers
+- ``cupy_cuda/``  the CUDA backend: CUDA C from the same ``ir/expr`` trees, launched through CuPy,
+  NVRTC compile checks (sm_80, sm_90; fp32 and bf16/fp16 storage) that need no GPU
+- ``export/``     standalone packages (``dcstudio export``): readable ``model.py``, kernels, weights, ``--check``
+- ``timing/``     calibrated peaks, out-of-process kernel timing with timeouts, roofline, Chrome traces
 """

@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     open_cmd.add_parser(sub)
     recipe_cmd.add_parser(sub)
     train_graph_cmd.add_parser(sub)
+    from studio import export_cmd; export_cmd.add_parser(sub)  # noqa: E702
+    from studio import profile_cmd; profile_cmd.add_parser(sub)  # noqa: E702
     return p
 
 

@@ -1,0 +1,17 @@
+"""The CUDA backend: maps as CUDA C kernels launched through CuPy, library ops on cuBLAS.
+
+Package map (data flow: map → ``cuda_source`` (CUDA C from the ``ir.expr`` trees) →
+``nvrtc`` compile check (no GPU needed) / ``export`` (a package whose kernels compile
+with ``cupy.RawKernel`` at run time) → ``profile`` (CUDA-event timings on a device)):
+
+- ``cuda_source.py`` a top-level map → one ``extern "C" __global__`` kernel (fp32, or the
+                     bf16/fp16 storage variant computing in fp32)
+- ``nvrtc.py``       compile-check kernels with NVRTC for sm_80/sm_90 via CuPy's bindings
+- ``library.py``     CuPy runtime (cuBLAS contractions, device buffers, host fallback);
+                     copied into exported packages as ``_lib.py``
+- ``export.py``      ``export_package`` with the CUDA backend (kernel launchers)
+- ``profile.py``     ``cupyx.profiler.benchmark`` timings as ``codegen.timing`` Samples
+
+cupy is imported only inside functions here (``library.py`` is imported only by
+generated packages), so importing this package does not import cupy.
+"""

@@ -1,0 +1,263 @@
+"""A top-level ``MapNode`` as one CUDA C kernel, printed from the same ``ir.expr`` trees.
+
+``kernel_source(map, graph, storage=None)`` returns a ``KernelSource`` (the CPU
+backend's record) whose ``source`` is CUDA C: ``extern "C" __global__ void k_<sha>(…)``.
+
+- One thread per point of the map's own parameters (flattened, ``extents`` = their
+  trip counts, then the stops of nested loops); nested maps are loops inside the
+  thread, locals registers, statements run in body order — the same point-by-point
+  semantics as the numba loop nest (``loopnest.check_loop_safe`` refuses the rest).
+- Expressions print with ``ir.expr.to_cuda`` (float32 math: ``expf``, ``tanhf``, ``erff``);
+  connector names map to loads, so half/bfloat16 storage loads through
+  ``__half2float``/``__bfloat162float`` and stores through ``__float2half_rn``/
+  ``__float2bfloat16_rn``: all arithmetic and every accumulation is float32.
+- A wcr write whose index does not hold every thread parameter is shared between
+  threads: ``atomicAdd`` for sum, a compare-and-swap loop for max/min/prod.
+- ``storage="bfloat16"``/``"float16"`` is the low-precision variant: float32 global
+  containers are stored in that type, except those written with a wcr (accumulators
+  stay float32, as ``mixed_precision`` requires).
+
+Arrays are indexed with strides of their (C-contiguous) shapes, written into the
+text, so the text is specific to the sizes; the hash-derived name makes it unique.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from codegen.numba_cpu.loopnest import (KernelSource, UnsupportedMap, check_loop_safe, first_wcr, kernel_locals,
+                                        output_init)
+from ir import expr as E
+from ir.graph import Graph
+from ir.maps import range_bounds
+from ir.memlet import Memlet, Range
+from ir.nodes import MapNode, Tasklet
+
+C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
+           "int64": "long long", "int32": "int", "int16": "short", "int8": "signed char", "uint8": "unsigned char",
+           "bool": "bool"}
+LOAD = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
+STORE = {"float16": "__float2half_rn((float)({}))", "bfloat16": "__float2bfloat16_rn((float)({}))"}
+COMPUTE = {"float16": "float32", "bfloat16": "float32"}
+PRELUDE = """#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#define DCS_INF __int_as_float(0x7f800000)
+
+template <typename T> __device__ T dcs_max(T a, T b) { return a > b ? a : b; }
+template <typename T> __device__ T dcs_min(T a, T b) { return a < b ? a : b; }
+__device__ float dcs_cas(float* addr, float v, int op) {
+  int* p = (int*)addr; int old = *p, seen;
+  do { seen = old; float cur = __int_as_float(seen);
+       float nxt = op == 0 ? fmaxf(cur, v) : op == 1 ? fminf(cur, v) : cur * v;
+       old = atomicCAS(p, seen, __float_as_int(nxt)); } while (seen != old);
+  return __int_as_float(old);
+}
+"""
+BLOCK = 256
+
+
+class _Cuda:
+    """State of one CUDA kernel being printed."""
+
+    def __init__(self, m: MapNode, graph: Graph, storage: str | None) -> None:
+        self.m, self.graph, self.storage = m, graph, storage
+        self.local_names = kernel_locals(m)
+        self.arrays: dict[str, str] = {}
+        self.written: list[str] = []
+        self.extents: list[int] = []
+        self.params: dict[str, str] = {}
+        self.locals: dict[str, tuple[str, str]] = {}
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def dtype(self, container: str) -> str:
+        """Storage dtype of a global container (the variant's type for float32 ones)."""
+        dt = self.graph.container(container).dtype
+        wcr = any(isinstance(n, Tasklet) and n.output.container == container and n.output.wcr
+                  for n, _ in self.m.walk())
+        if self.storage and dt == "float32" and not wcr:
+            return self.storage
+        if dt not in C_TYPES:
+            raise UnsupportedMap(f"'{container}' has dtype {dt}, which CUDA kernels do not handle")
+        return dt
+
+    def index(self, e: E.Expr) -> str:
+        return E.to_cuda(e, self.params)
+
+    def element(self, mem: Memlet) -> str:
+        """``a3[flat index]`` of a point memlet of a global container."""
+        shape = self.graph.container(mem.container).concrete_shape(self.graph.bindings)
+        subset = mem.subset if mem.subset is not None else tuple(E.Const(0, "int64") for _ in shape)
+        if mem.subset is None and self.graph.container(mem.container).numel(self.graph.bindings) != 1:
+            raise UnsupportedMap(f"tasklet reads all of '{mem.container}' (not one element)")
+        if any(isinstance(ix, Range) for ix in subset):
+            raise UnsupportedMap(f"range subset of '{mem.container}' inside a map body")
+        flat, stride = [], 1
+        for ix, dim in reversed(list(zip(subset, shape))):
+            flat.append(f"({self.index(ix)}) * {stride}LL" if stride != 1 else f"({self.index(ix)})")
+            stride *= dim
+        return f"{self.arrays[mem.container]}[{' + '.join(reversed(flat)) or '0'}]"
+
+
+def _collect(k: _Cuda) -> None:
+    for node, _ in k.m.walk():
+        if not isinstance(node, Tasklet):
+            continue
+        for mem in list(node.inputs.values()) + [node.output]:
+            if mem.container not in k.local_names and mem.container not in k.arrays:
+                k.arrays[mem.container] = f"a{len(k.arrays)}"
+        out = node.output.container
+        if out not in k.local_names and out not in k.written:
+            k.written.append(out)
+    check_loop_safe(k.m, set(k.written), k.local_names)
+
+
+def _signature(k: _Cuda, name: str) -> str:
+    args = []
+    for c, a in k.arrays.items():
+        const = "" if c in k.written else "const "
+        args.append(f"{const}{C_TYPES[k.dtype(c)]}* __restrict__ {a}")
+    args += [f"long long n{i}" for i in range(len(k.extents))]
+    return f'extern "C" __global__ void {name}({", ".join(args)})'
+
+
+def _thread_params(k: _Cuda) -> None:
+    """Top-level params from the flat thread index (last param fastest, like C order)."""
+    counts = []
+    for p, r in k.m.params:
+        start, stop, step = range_bounds(r, k.graph.bindings)
+        counts.append((p, start, step, max(0, -(-(stop - start) // step))))
+    for _, _, _, n in counts:
+        k.extents.append(n)
+    total = " * ".join(f"n{i}" for i in range(len(counts))) or "1"
+    k.line("const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
+    k.line(f"if (tid >= {total}) return;")
+    if counts:
+        k.line("long long rest = tid;")
+    for i in reversed(range(len(counts))):
+        p, start, step, _ = counts[i]
+        name = f"p{i}"
+        k.params[p] = name
+        k.line(f"const long long {name} = {start} + (rest % n{i}) * {step}; rest /= n{i};")
+
+
+def _declare_locals(k: _Cuda, m: MapNode) -> None:
+    first = first_wcr(m)
+    for loc, c in m.locals.items():
+        if c.shape != ():
+            raise UnsupportedMap(f"local '{loc}' has shape {list(c.shape)}; only scalar locals are supported")
+        dt = COMPUTE.get(c.dtype, c.dtype)
+        if dt not in C_TYPES:
+            raise UnsupportedMap(f"local '{loc}' has dtype {c.dtype}")
+        name = f"t{len(k.locals)}"
+        k.locals[loc] = (name, dt)
+        k.line(f"{C_TYPES[dt]} {name} = {_identity(first.get(loc), dt)};")
+
+
+def _identity(wcr: str | None, dt: str) -> str:
+    if wcr in (None, "sum"):
+        return "0"
+    if wcr == "prod":
+        return "1"
+    if dt in ("float32", "float64"):
+        return "-DCS_INF" if wcr == "max" else "DCS_INF"
+    raise UnsupportedMap(f"wcr {wcr} on a {dt} local")
+
+
+def _nested(k: _Cuda, m: MapNode) -> None:
+    opened = 0
+    for p, r in m.params:
+        name = f"p{len(k.params)}"
+        start = k.index(r.start) if E.free_vars(r.start) else str(int(E.evaluate(r.start, dict(k.graph.bindings))))
+        if E.free_vars(r.stop) and E.free_vars(r.stop) <= set(k.params):
+            stop = k.index(r.stop)
+        else:
+            k.extents.append(int(E.evaluate(r.stop, dict(k.graph.bindings))))
+            stop = f"n{len(k.extents) - 1}"
+        k.params[p] = name
+        k.line(f"for (long long {name} = {start}; {name} < {stop}; {name} += {r.step}) {{")
+        k.depth += 1
+        opened += 1
+    _body(k, m)
+    for _ in range(opened):
+        k.depth -= 1
+        k.line("}")
+
+
+def _body(k: _Cuda, m: MapNode) -> None:
+    _declare_locals(k, m)
+    for stmt in m.body:
+        if isinstance(stmt, MapNode):
+            _nested(k, stmt)
+        else:
+            _tasklet(k, stmt)
+
+
+def _tasklet(k: _Cuda, t: Tasklet) -> None:
+    names = {}
+    for conn, mem in t.inputs.items():
+        if mem.container in k.locals:
+            names[conn] = k.locals[mem.container][0]
+        else:
+            dt = k.dtype(mem.container)
+            load = k.element(mem)
+            names[conn] = LOAD[dt].format(load) if dt in LOAD else load
+    names.update(k.params)
+    value = E.to_cuda(t.expr, names)
+    k.line(_store(k, t.output, value))
+
+
+def _owned(k: _Cuda, out: Memlet) -> bool:
+    """Every thread writes its own element: the index holds each thread parameter directly."""
+    top = {p for p, _ in k.m.params}
+    direct = {ix.name for ix in (out.subset or ()) if isinstance(ix, E.Var)}
+    return top <= direct
+
+
+def _store(k: _Cuda, out: Memlet, value: str) -> str:
+    if out.container in k.locals:
+        name, _ = k.locals[out.container]
+        return f"{name} = {_combine(out.wcr, name, f'({value})')};"
+    dt = k.dtype(out.container)
+    target = k.element(out)
+    if out.wcr is None:
+        return f"{target} = {STORE[dt].format(value) if dt in STORE else f'({value})'};"
+    if _owned(k, out):
+        return f"{target} = {_combine(out.wcr, target, f'({value})')};"
+    if dt != "float32" and out.wcr != "sum":
+        raise UnsupportedMap(f"shared {out.wcr} reduction into {dt} '{out.container}'")
+    if out.wcr == "sum":
+        return f"atomicAdd(&{target}, ({C_TYPES[dt]})({value}));"
+    op = {"max": 0, "min": 1, "prod": 2}[out.wcr]
+    return f"dcs_cas(&{target}, (float)({value}), {op});"
+
+
+def _combine(wcr: str | None, old: str, new: str) -> str:
+    if wcr is None:
+        return new
+    if wcr in ("max", "min"):
+        return f"dcs_{wcr}({old}, {new})"
+    return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
+
+
+def kernel_source(m: MapNode, graph: Graph, *, storage: str | None = None) -> KernelSource:
+    """The CUDA kernel of top-level map ``m`` (``UnsupportedMap`` when it has none)."""
+    k = _Cuda(m, graph, storage)
+    _collect(k)
+    try:
+        _thread_params(k)
+        _body(k, m)
+    except (KeyError, ValueError) as e:
+        if isinstance(e, UnsupportedMap):
+            raise
+        raise UnsupportedMap(f"cannot print for CUDA: {e}") from None
+    body = "\n".join(k.lines)
+    text = PRELUDE + "\n" + _signature(k, "KERNEL") + " {\n" + body + "\n}\n"
+    name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    text = text.replace("void KERNEL(", f"void {name}(", 1)
+    init = {c: output_init(m, c, graph) for c in k.written}
+    dtypes = {c: k.dtype(c) for c in k.arrays}
+    return KernelSource(name, text, (), tuple(k.arrays), tuple(k.written), tuple(k.extents), False, init,
+                        storage=dtypes, threads=len(m.params))

@@ -1,0 +1,93 @@
+"""Contractions as program statements: BLAS calls, GEMMs with epilogues, grouped GEMMs.
+
+- MatMul / Gemm / com.microsoft FusedMatMul / two-operand Einsum: one BLAS call writing
+  straight into the output's (planned) buffer, ``L.matmul(a, b, out=y)`` …;
+- a fused contraction (``ai.dcstudio`` MatMul/Gemm/FusedMatMul with an ``epilogue``,
+  made by ``gemm_epilogue_fusion``): the bare contraction into an accumulator buffer
+  (a statement-internal temp ``<id>/@acc``, planned like any intermediate), then the
+  epilogue map (``ir.fused_ops.epilogue_map``) as a kernel of the backend reading it —
+  the product never makes a second trip through memory;
+- a grouped GEMM (``horizontal_fusion``): each member in order, as above, in one statement.
+``statement`` returns None for any other op.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from codegen.export.namespace import literal
+from codegen.numpy_ref.registry import canonical_domain
+from ir import fused_ops
+from ir.containers import Container
+from ir.nodes import OpNode
+
+if TYPE_CHECKING:
+    from codegen.numba_cpu.program import Program, Statement
+
+
+def blas_call(node: OpNode, ins: list[str], out: str) -> str | None:
+    """The BLAS call of a plain contraction writing into ``out``, or None."""
+    dom, op, a = canonical_domain(node.domain), node.op_type, node.attrs
+    if dom == "" and op == "MatMul":
+        return f"L.matmul({ins[0]}, {ins[1]}, out={out})"
+    if dom == "" and op == "Gemm":
+        c = ins[2] if len(ins) > 2 else "None"
+        return (f"L.gemm({ins[0]}, {ins[1]}, {c}, {literal(float(a.get('alpha', 1.0)))}, "
+                f"{literal(float(a.get('beta', 1.0)))}, {int(a.get('transA', 0))}, {int(a.get('transB', 0))}, out={out})")
+    if dom == "com.microsoft" and op == "FusedMatMul":
+        flags = ", ".join(str(int(a.get(k, 0))) for k in ("transA", "transB", "transBatchA", "transBatchB"))
+        return f"L.fused_matmul({ins[0]}, {ins[1]}, {literal(float(a.get('alpha', 1.0)))}, {flags}, out={out})"
+    if dom == "" and op == "Einsum" and len(ins) == 2 and "..." not in str(a.get("equation", "")):
+        return f"L.einsum({literal(str(a['equation']))}, {ins[0]}, {ins[1]}, out={out})"
+    return None
+
+
+def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
+    from codegen.numba_cpu.program import Statement
+    if fused_ops.is_group(node):
+        parts = [_one(prog, m) for m in fused_ops.members(node)]
+        if any(p is None for p in parts):
+            return None
+        allocs = tuple(a for p in parts for a in p[0])
+        lines = [line for p in parts for line in p[1]]
+        kernels = [p[2] for p in parts if p[2]]
+        temps = tuple(t for p in parts for t in p[3])
+    else:
+        one = _one(prog, node)
+        if one is None:
+            return None
+        allocs, lines, kernel, temps = one
+        kernels = [kernel] if kernel else []
+    reads = tuple(dict.fromkeys(m.container for m in node.inputs if m is not None))
+    writes = tuple(m.container for m in node.outputs if m is not None) + temps
+    kind = "kernel" if kernels else "blas"
+    return Statement(node.id, node.qualified_type, kind, head, lines, reads, writes, allocs,
+                     kernels[0] if kernels else None)
+
+
+def _one(prog: "Program", node: OpNode):
+    """(allocs, lines, kernel name or None, temps) of one contraction, or None if it is none."""
+    from codegen.numba_cpu.program import Alloc
+    ins = [prog.var(m.container) if m is not None else "None" for m in node.inputs]
+    if not fused_ops.has_epilogue(node):
+        outs = [m.container for m in node.outputs if m is not None]
+        call = blas_call(node, ins, prog.var(outs[0])) if len(outs) == 1 else None
+        if call is None:
+            return None
+        prog.np_type(outs[0])
+        return (Alloc(outs[0]),), [call], None, ()
+    base = fused_ops.contraction(node)
+    acc = fused_ops.accumulator(prog.graph, node)
+    temp = f"{node.id}/@acc"
+    prog.temps[temp] = Container(temp, acc.shape, acc.dtype)
+    call = blas_call(base, ins[:fused_ops.slots(node)], prog.var(temp))
+    if call is None:
+        return None
+    epi = fused_ops.rename_containers(fused_ops.epilogue_map(prog.graph, node), {fused_ops.ACC: temp})
+    view = fused_ops.overlay(prog.graph, prog.temps[temp])
+    ks = prog.make_kernel(epi, view)
+    prog.kernels.setdefault(ks.name, ks)
+    allocs = (Alloc(temp),) + tuple(Alloc(c, ks.init[c].kind, ks.init[c].wcr) for c in ks.outputs)
+    for c in ks.outputs:
+        prog.np_type(c)
+    args = [prog.var(c) for c in ks.arrays] + [str(n) for n in ks.extents]
+    return allocs, [call, f"K.{ks.name}({', '.join(args)})"], ks.name, (temp,)

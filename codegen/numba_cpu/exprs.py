@@ -1,0 +1,196 @@
+"""Tasklet expressions as typed numba scalar code.
+
+``ExprPrinter`` prints an ``ir.expr`` tree as Python source for an ``@njit`` kernel,
+following the reference semantics (``ir.expr.evaluate`` on NumPy arrays, every value
+strongly typed):
+
+- types are inferred bottom-up (``dtype``) with NumPy's promotion of the operand
+  dtypes; constants print in their own dtype (``np.float32(0.5)``), so float32 code
+  stays float32 — a bare ``0.5`` would promote it to float64 in numba;
+- exp/tanh/erf on float32 become the vectorizable ``fastmath`` forms; the rest
+  uses numba's typed ``math``/``np`` scalar functions (float32 in → float32 out);
+- ``pow`` by the constants 2, 3, 0.5, 1, −1 becomes multiplies, ``np.sqrt`` or a
+  reciprocal; integer ``div`` truncates toward zero like the reference (``_idiv``).
+
+``helpers`` collects the helper functions a printed expression calls, so the kernel
+module can define them. The printer is the same idea as ``ir.expr.to_python`` with
+types and fast forms added; ``to_python`` itself has no types to go by.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from codegen.numba_cpu.fastmath import FAST_FUNCTIONS
+from ir import dtypes
+from ir import expr as E
+
+_BOOL_UNARY = frozenset({"not", "isnan", "isinf"})
+_SAME_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round"})
+_BOOL_BINARY = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"})
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_ARITH = {"add": "+", "sub": "-", "mul": "*"}
+_NP_UNARY = {"floor": "np.floor", "ceil": "np.ceil", "sign": "np.sign", "round": "np.rint",
+             "isnan": "np.isnan", "isinf": "np.isinf", "sqrt": "np.sqrt", "log1p": "np.log1p",
+             "expm1": "np.expm1", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
+             "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh"}
+NUMERIC = frozenset({"float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
+                     "uint16", "uint32", "uint64", "bool"})
+
+IDIV_SOURCE = '''def _idiv(a, b):
+    q = a // b
+    return q + 1 if q < 0 and q * b != a else q
+'''
+"""C-style integer division (truncation toward zero), as the reference's ``div`` on ints."""
+
+
+class UnsupportedExpr(ValueError):
+    """An expression the CPU kernel printer cannot type or print."""
+
+
+def promote(a: str, b: str) -> str:
+    """NumPy's result dtype of two strongly typed operands."""
+    return np.result_type(dtypes.to_numpy(a), dtypes.to_numpy(b)).name
+
+
+def is_float(dt: str) -> bool:
+    return dt in ("float32", "float64", "float16")
+
+
+def literal(value, dt: str) -> str:
+    """A typed constant: ``np.float32(0.5)``, ``np.int32(3)``, ``True``, ``2`` (int64)."""
+    if dt == "bool":
+        return "True" if bool(value) else "False"
+    if is_float(dt):
+        f = float(value)
+        text = repr(f) if math.isfinite(f) else ("np.nan" if math.isnan(f) else ("np.inf" if f > 0 else "-np.inf"))
+        return text if dt == "float64" else f"np.{dt}({text})"
+    if dt not in NUMERIC:
+        raise UnsupportedExpr(f"constant of dtype {dt}")
+    return str(int(value)) if dt == "int64" else f"np.{dt}({int(value)})"
+
+
+class ExprPrinter:
+    """Prints expressions whose ``Var``s are typed by ``types`` and named by ``names``."""
+
+    def __init__(self, types: Mapping[str, str], names: Mapping[str, str], fast: bool = True) -> None:
+        self.types = types
+        self.names = names
+        self.fast = fast
+        self.helpers: set[str] = set()
+
+    # --- types ------------------------------------------------------------------------
+    def dtype(self, e: E.Expr) -> str:
+        if isinstance(e, E.Const):
+            return e.dtype
+        if isinstance(e, E.Var):
+            try:
+                return self.types[e.name]
+            except KeyError:
+                raise UnsupportedExpr(f"unbound name {e.name!r} in a tasklet") from None
+        if isinstance(e, E.Cast):
+            return e.dtype
+        if isinstance(e, E.Un):
+            a = self.dtype(e.a)
+            if e.op in _BOOL_UNARY:
+                return "bool"
+            if e.op in _SAME_UNARY or is_float(a):
+                return a
+            return "float64"
+        if isinstance(e, E.Bin):
+            if e.op in _BOOL_BINARY:
+                return "bool"
+            return promote(self.dtype(e.a), self.dtype(e.b))
+        return promote(self.dtype(e.a), self.dtype(e.b))
+
+    # --- source -----------------------------------------------------------------------
+    def emit(self, e: E.Expr) -> str:
+        if isinstance(e, E.Var):
+            return self.names[e.name]
+        if isinstance(e, E.Const):
+            return literal(e.value, e.dtype)
+        if isinstance(e, E.Un):
+            return self._unary(e)
+        if isinstance(e, E.Bin):
+            return self._binary(e)
+        if isinstance(e, E.Select):
+            return f"({self.emit(e.a)} if {self.emit(e.cond)} else {self.emit(e.b)})"
+        return self.cast(self.emit(e.a), self.dtype(e.a), e.dtype)
+
+    def cast(self, text: str, have: str, want: str) -> str:
+        """``text`` (of dtype ``have``) converted to ``want``."""
+        if have == want:
+            return text
+        if want == "bool":
+            return f"({text} != 0)"
+        if want not in NUMERIC:
+            raise UnsupportedExpr(f"cast to {want}")
+        return f"np.{want}({text})"
+
+    def _unary(self, e: E.Un) -> str:
+        a, dt = self.emit(e.a), self.dtype(e.a)
+        op = e.op
+        if op == "neg":
+            return f"(-{a})"
+        if op == "not":
+            return f"(not {a})"
+        if op == "abs":
+            return f"abs({a})"
+        if op == "recip":
+            one = literal(1.0, dt if is_float(dt) else "float64")
+            return f"({one} / {a})"
+        if self.fast and dt == "float32" and op in FAST_FUNCTIONS:
+            self.helpers.add(FAST_FUNCTIONS[op])
+            return f"{FAST_FUNCTIONS[op]}({a})"
+        if op in _NP_UNARY:
+            return f"{_NP_UNARY[op]}({a})"
+        if op in E.UNARY_OPS:
+            return f"math.{op}({a})"
+        raise UnsupportedExpr(f"unary op {op!r}")
+
+    def _binary(self, e: E.Bin) -> str:
+        op = e.op
+        if op == "pow":
+            return self._pow(e)
+        a, b = self.emit(e.a), self.emit(e.b)
+        if op in _ARITH:
+            return f"({a} {_ARITH[op]} {b})"
+        if op in _CMP:
+            return f"({a} {_CMP[op]} {b})"
+        da, db = self.dtype(e.a), self.dtype(e.b)
+        if op == "div":
+            if is_float(da) or is_float(db):
+                return f"({a} / {b})"
+            self.helpers.add("_idiv")
+            return f"_idiv({a}, {b})"
+        if op in ("max", "min"):
+            return f"{op}({a}, {b})"
+        if op in ("and", "or", "xor"):
+            sym = {"and": "&", "or": "|", "xor": "^"}[op]
+            return f"({self.cast(a, da, 'bool')} {sym} {self.cast(b, db, 'bool')})"
+        if op == "mod":
+            return f"({a} % {b})"
+        if op == "floordiv":
+            return f"({a} // {b})"
+        if op == "fmod":
+            return f"np.fmod({a}, {b})"
+        raise UnsupportedExpr(f"binary op {op!r}")
+
+    def _pow(self, e: E.Bin) -> str:
+        a, dt = self.emit(e.a), self.dtype(e)
+        if isinstance(e.b, E.Const) and is_float(dt):
+            k = float(e.b.value)
+            base = self.cast(a, self.dtype(e.a), dt)
+            if k == 1.0:
+                return base
+            if k == 2.0:
+                return f"({base} * {base})"
+            if k == 3.0:
+                return f"({base} * {base} * {base})"
+            if k == 0.5:
+                return f"np.sqrt({base})"
+            if k == -1.0:
+                return f"({literal(1.0, dt)} / {base})"
+        return f"({a} ** {self.emit(e.b)})"

@@ -1,0 +1,404 @@
+"""A top-level ``MapNode`` as one numba loop nest: the fused CPU kernel.
+
+``kernel_source(map, graph)`` returns a ``KernelSource``: the text of one ``@njit``
+function plus how to call it. The text is *canonical* — arrays are ``a0, a1, …`` (the
+global containers in order of first access), loop extents are ``n0, n1, …`` arguments,
+parameters ``p0, …``, locals ``t0, …``, hoisted values ``h0, …`` — so maps with the same
+structure on different containers or sizes share one compiled function, named by the
+hash of its text (``k_<sha>``). No name from the model ever reaches the text.
+
+Semantics (the reference's ``codegen/numpy_ref/maps.py``, statement by statement):
+
+- map params become nested ``for`` loops (``prange`` for the outermost when the
+  kernel is parallel-safe and large), nested maps inner loops, statements run in
+  body order at every point; the loop order follows memory (``schedules``: tiles for
+  transposes, columns-innermost for reductions over rows of a map over columns);
+- locals become scalar variables, reset at the start of their map's point to the
+  identity of their first write's wcr (or 0); a wcr write accumulates
+  (``t = t + v``, ``max``, ``min``, ``*``);
+- reads that depend on no parameter (``lr[0]``, ``step[0]``) are loaded once before the
+  loops, and subexpressions over only such values (AdamW's bias corrections) are
+  computed there too;
+- outputs are allocated by the caller (``OutputInit``): ``empty`` when one plain write
+  covers every element, the wcr identity when written with a wcr, else zeros.
+
+Running all statements at one point before the next point equals the reference's
+whole-space-per-statement order when no iteration reads what another writes.
+``check_loop_safe`` refuses a map that reads a container it writes at another index;
+the caller then keeps the reference for it (``UnsupportedMap``).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from codegen.numba_cpu.exprs import ExprPrinter, UnsupportedExpr, literal
+from ir import expr as E
+from ir.graph import Graph
+from ir.maps import trip_count
+from ir.memlet import Memlet, Range
+from ir.nodes import MapNode, Tasklet
+
+PARALLEL_MIN_ITERS = 1 << 16
+"""A kernel runs its outermost loop with ``prange`` only from this many iterations on."""
+
+FASTMATH = ("nsz", "arcp", "contract", "afn", "reassoc")
+"""LLVM fast-math flags of every kernel: reassociation lets sum reductions vectorize;
+``nnan``/``ninf`` stay off, so inf/NaN behave as in the reference."""
+
+WCR_IDENTITY = {"sum": 0, "prod": 1, "max": "-inf", "min": "inf"}
+
+
+class UnsupportedMap(ValueError):
+    """A map this backend cannot turn into a loop nest (the message says why)."""
+
+
+@dataclass(frozen=True)
+class OutputInit:
+    """How the caller allocates one output: ``empty``, ``zeros`` or ``full`` (``wcr`` identity)."""
+
+    kind: str
+    wcr: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    name: str
+    source: str
+    helpers: tuple[str, ...]
+    arrays: tuple[str, ...]
+    outputs: tuple[str, ...]
+    extents: tuple[int, ...]
+    parallel: bool
+    init: dict[str, OutputInit] = field(default_factory=dict)
+    storage: dict[str, str] = field(default_factory=dict)   # CUDA: container -> stored dtype
+    threads: int = 0                                        # CUDA: leading extents spread over threads
+    arg_types: tuple[tuple[str, int], ...] = ()             # (dtype, rank) of each array argument
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+
+class Nest:
+    """State of one kernel being printed."""
+
+    def __init__(self, m: MapNode, graph: Graph, fast: bool) -> None:
+        self.m, self.graph, self.fast = m, graph, fast
+        self.arrays: dict[str, str] = {}      # container -> a<k>
+        self.written: list[str] = []
+        self.extents: list[int] = []
+        self.params: dict[str, str] = {}      # IR param -> p<k>
+        self.locals: dict[str, tuple[str, str]] = {}   # IR local -> (t<k>, dtype)
+        self.hoisted: dict[str, str] = {}     # printed value -> h<k>
+        self.pre: list[str] = []              # statements before the loops
+        self.helpers: set[str] = set()
+        self.invariant: dict[tuple, str] = {}
+        self.w = _Writer()
+
+    # --- names ------------------------------------------------------------------------
+    def array(self, container: str) -> str:
+        if container not in self.arrays:
+            self.arrays[container] = f"a{len(self.arrays)}"
+        return self.arrays[container]
+
+    def extent(self, value: int) -> str:
+        self.extents.append(int(value))
+        return f"n{len(self.extents) - 1}"
+
+    def bound(self, e: E.Expr) -> str:
+        """A loop bound: a constant becomes an extent argument, else an index expression."""
+        free = E.free_vars(e)
+        if free and free <= set(self.params):
+            return self.index(e)
+        if free - set(self.graph.bindings):
+            raise UnsupportedMap(f"loop bound {E.to_text(e)} uses unknown names")
+        return self.extent(int(E.evaluate(e, dict(self.graph.bindings))))
+
+    def index(self, e: E.Expr) -> str:
+        names = {p: n for p, n in self.params.items()}
+        printer = ExprPrinter({p: "int64" for p in names}, names, fast=False)
+        return printer.emit(e) if not isinstance(e, E.Const) else str(int(e.value))
+
+
+def kernel_locals(m: MapNode) -> set[str]:
+    """Names of the locals of ``m`` and of every map nested in it."""
+    return set(m.locals) | {n for node, _ in m.walk() if isinstance(node, MapNode) for n in node.locals}
+
+
+def _collect_globals(nest: Nest) -> None:
+    """Number the global containers (first access order) and check loop safety."""
+    local_names = kernel_locals(nest.m)
+    for node, _ in nest.m.walk():
+        if not isinstance(node, Tasklet):
+            continue
+        for mem in node.inputs.values():
+            if mem.container not in local_names:
+                nest.array(mem.container)
+        if node.output.container not in local_names:
+            nest.array(node.output.container)
+            if node.output.container not in nest.written:
+                nest.written.append(node.output.container)
+    check_loop_safe(nest.m, set(nest.written), local_names)
+
+
+def check_loop_safe(m: MapNode, written: set[str], local_names: set[str]) -> None:
+    """Raise ``UnsupportedMap`` unless running the body point by point equals the reference:
+    a container the map reads and writes is accessed at one index only, without a wcr, and a
+    container written at several indices is written only by one kind of wcr."""
+    seen: dict[str, list[tuple]] = {}
+    for node, _ in m.walk():
+        if not isinstance(node, Tasklet):
+            continue
+        for mem in node.inputs.values():
+            if mem.container in written:
+                seen.setdefault(mem.container, []).append((mem.subset, "read"))
+        out = node.output
+        if out.container in written and out.container not in local_names:
+            seen.setdefault(out.container, []).append((out.subset, out.wcr or "write"))
+    for name, items in seen.items():
+        subsets, kinds = {s for s, _ in items}, {k for _, k in items}
+        if "read" in kinds and (len(subsets) > 1 or kinds != {"read", "write"}):
+            raise UnsupportedMap(f"the map reads '{name}', which it also writes, at another index or "
+                                 "through a wcr")
+        if len(subsets) > 1 and (len(kinds) > 1 or kinds == {"write"}):
+            raise UnsupportedMap(f"the map writes '{name}' at several indices without one common wcr")
+
+
+def _invariant_reads(nest: Nest) -> dict[tuple, str]:
+    """Reads of containers the map does not write, at constant indices: loaded once."""
+    out: dict[tuple, str] = {}
+    for node, _ in nest.m.walk():
+        if not isinstance(node, Tasklet):
+            continue
+        for mem in node.inputs.values():
+            if mem.container in nest.arrays and mem.container not in nest.written and _constant_index(mem, nest):
+                key = (mem.container, mem.subset)
+                if key not in out:
+                    name = f"h{len(nest.pre)}"
+                    nest.pre.append(f"{name} = {nest.array(mem.container)}[{_element(mem, nest)}]")
+                    out[key] = name
+    return out
+
+
+def _constant_index(mem: Memlet, nest: Nest) -> bool:
+    if mem.subset is None:
+        return nest.graph.container(mem.container).numel(nest.graph.bindings) == 1
+    return all(isinstance(ix, E.Const) for ix in mem.subset)
+
+
+def _element(mem: Memlet, nest: Nest) -> str:
+    """The index text of a point memlet of a global container."""
+    if mem.subset is None:
+        rank = len(nest.graph.container(mem.container).shape)
+        if nest.graph.container(mem.container).numel(nest.graph.bindings) != 1:
+            raise UnsupportedMap(f"tasklet reads all of '{mem.container}' (not one element)")
+        return ", ".join("0" for _ in range(rank)) if rank else "()"
+    if any(isinstance(ix, Range) for ix in mem.subset):
+        raise UnsupportedMap(f"range subset of '{mem.container}' inside a map body")
+    if not mem.subset:
+        return "()"
+    return ", ".join(nest.index(ix) for ix in mem.subset)
+
+
+# --- statements ---------------------------------------------------------------------------
+
+def identity_literal(wcr: str | None, dt: str) -> str:
+    import numpy as np
+    if wcr in (None, "sum"):
+        return literal(0, dt)
+    if wcr == "prod":
+        return literal(1, dt)
+    np_dt = np.dtype(dt)
+    if np_dt.kind == "f":
+        return literal(float("-inf") if wcr == "max" else float("inf"), dt)
+    if np_dt.kind == "b":
+        return literal(wcr == "min", dt)
+    info = np.iinfo(np_dt)
+    return literal(info.min if wcr == "max" else info.max, dt)
+
+
+def first_wcr(m: MapNode) -> dict[str, str | None]:
+    """Per local of ``m``: the wcr of its first write (the reference's initial value rule)."""
+    out: dict[str, str | None] = {}
+    for node, _ in m.walk():
+        if isinstance(node, Tasklet) and node.output.container in m.locals:
+            out.setdefault(node.output.container, node.output.wcr)
+    return out
+
+
+def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
+    """Loops over ``m``'s params, its locals, then its body (the default schedule)."""
+    opened = 0
+    for k, (p, r) in enumerate(m.params):
+        name = f"p{len(nest.params)}"
+        start, stop = r.start, r.stop
+        lo = "" if isinstance(start, E.Const) and int(start.value) == 0 else nest.bound(start) + ", "
+        hi = nest.bound(stop)
+        step = f", {r.step}" if r.step != 1 else ""
+        loop = "prange" if outermost and k == 0 and parallel else "range"
+        nest.params[p] = name
+        nest.w.line(f"for {name} in {loop}({lo}{hi}{step}):")
+        nest.w.depth += 1
+        opened += 1
+    declare_locals(nest, m)
+    for stmt in m.body:
+        if isinstance(stmt, MapNode):
+            scope(nest, stmt, False, parallel)
+        else:
+            tasklet_line(nest, stmt)
+    nest.w.depth -= opened
+
+
+def declare_locals(nest: Nest, m: MapNode) -> None:
+    """Scalar variables for ``m``'s locals, at their initial values (the first write's wcr identity)."""
+    first = first_wcr(m)
+    for loc, c in m.locals.items():
+        if c.shape != ():
+            raise UnsupportedMap(f"local '{loc}' has shape {list(c.shape)}; only scalar locals are supported")
+        name = f"t{len(nest.locals)}"
+        nest.locals[loc] = (name, c.dtype)
+        nest.w.line(f"{name} = {identity_literal(first.get(loc), c.dtype)}")
+
+
+def tasklet_line(nest: Nest, t: Tasklet) -> None:
+    types: dict[str, str] = {}
+    names: dict[str, str] = {}
+    invariant: set[str] = set()
+    for conn, mem in t.inputs.items():
+        if mem.container in nest.locals:
+            names[conn], types[conn] = nest.locals[mem.container]
+            continue
+        types[conn] = nest.graph.container(mem.container).dtype
+        key = (mem.container, mem.subset)
+        if key in nest.invariant:
+            names[conn] = nest.invariant[key]
+            invariant.add(conn)
+        else:
+            names[conn] = f"{nest.array(mem.container)}[{_element(mem, nest)}]"
+    for p, pn in nest.params.items():
+        names[p], types[p] = pn, "int64"
+        invariant.discard(p)
+    printer = ExprPrinter(types, names, nest.fast)
+    expr = _hoist(nest, t.expr, invariant, printer)
+    value, vdt = printer.emit(expr), printer.dtype(expr)
+    nest.helpers |= printer.helpers
+    nest.w.line(_store(nest, t.output, value, vdt, printer))
+
+
+def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: ExprPrinter) -> E.Expr:
+    """Replace maximal subtrees that depend on no parameter (only on invariant reads and
+    constants) by values computed once before the loops."""
+    if isinstance(e, (E.Var, E.Const)):
+        return e
+    if E.free_vars(e) <= invariant:
+        text, dt = printer.emit(e), printer.dtype(e)
+        name = nest.hoisted.get(text)
+        if name is None:
+            name = nest.hoisted[text] = f"h{len(nest.pre)}"
+            nest.pre.append(f"{name} = {text}")
+        key = "#" + name
+        printer.names[key], printer.types[key] = name, dt  # type: ignore[index]
+        return E.Var(key)
+    if isinstance(e, E.Un):
+        return E.Un(e.op, _hoist(nest, e.a, invariant, printer))
+    if isinstance(e, E.Bin):
+        return E.Bin(e.op, _hoist(nest, e.a, invariant, printer), _hoist(nest, e.b, invariant, printer))
+    if isinstance(e, E.Select):
+        return E.Select(*(_hoist(nest, x, invariant, printer) for x in (e.cond, e.a, e.b)))
+    return E.Cast(_hoist(nest, e.a, invariant, printer), e.dtype)
+
+
+def _combine(wcr: str | None, old: str, new: str) -> str:
+    if wcr is None:
+        return new
+    if wcr in ("max", "min"):
+        return f"{wcr}({old}, {new})"
+    return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
+
+
+def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: ExprPrinter) -> str:
+    if out.container in nest.locals:
+        name, dt = nest.locals[out.container]
+        return f"{name} = {_combine(out.wcr, name, printer.cast(value, vdt, dt))}"
+    dt = nest.graph.container(out.container).dtype
+    target = f"{nest.array(out.container)}[{_element(out, nest)}]"
+    return f"{target} = {_combine(out.wcr, target, printer.cast(value, vdt, dt))}"
+
+
+# --- the kernel ---------------------------------------------------------------------------
+
+def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: bool = True) -> KernelSource:
+    """The canonical loop-nest kernel of top-level map ``m`` (``UnsupportedMap`` if none)."""
+    nest = Nest(m, graph, fast)
+    _collect_globals(nest)
+    nest.invariant = _invariant_reads(nest)
+    par = parallel and _parallel_safe(m, graph, nest)
+    from codegen.numba_cpu import schedules
+    try:
+        schedules.emit(nest, m, par)
+    except UnsupportedExpr as e:
+        raise UnsupportedMap(str(e)) from None
+    args = list(nest.arrays.values()) + [f"n{k}" for k in range(len(nest.extents))]
+    flags = "cache=True, nogil=True, error_model=\"numpy\", fastmath=_FM" + (
+        ", parallel=True" if par else "")
+    body = ["    " + line for line in nest.pre] + nest.w.lines
+    text = "\n".join([f"@njit({flags})", f"def kernel({', '.join(args)}):", *body, ""])
+    name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    text = text.replace("def kernel(", f"def {name}(", 1)
+    init = {c: output_init(m, c, graph) for c in nest.written}
+    arg_types = tuple((graph.container(c).dtype, len(graph.container(c).shape)) for c in nest.arrays)
+    return KernelSource(name, text, tuple(sorted(nest.helpers)), tuple(nest.arrays), tuple(nest.written),
+                        tuple(nest.extents), par, init, arg_types=arg_types)
+
+
+def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
+    """prange over the outermost param: every global write indexes it directly, and it pays."""
+    if not m.params or trip_count(m.params, graph.bindings) < PARALLEL_MIN_ITERS:
+        return False
+    outer = E.Var(m.params[0][0])
+    for node, _ in m.walk():
+        if isinstance(node, Tasklet) and node.output.container in nest.written:
+            if node.output.subset is None or outer not in node.output.subset:
+                return False
+    return trip_count(m.params[:1], graph.bindings) >= 2
+
+
+def output_init(m: MapNode, container: str, graph: Graph) -> OutputInit:
+    writes = [(node.output, scopes) for node, scopes in m.walk()
+              if isinstance(node, Tasklet) and node.output.container == container]
+    wcrs = {w.wcr for w, _ in writes}
+    if wcrs - {None}:
+        return OutputInit("full", next(iter(wcrs - {None})))
+    if len(writes) == 1 and _covers(writes[0][0], writes[0][1], graph):
+        return OutputInit("empty")
+    return OutputInit("zeros")
+
+
+def _covers(out: Memlet, scopes: tuple, graph: Graph) -> bool:
+    """One plain write at distinct full-range params of its scopes writes every element."""
+    shape = graph.container(out.container).concrete_shape(graph.bindings)
+    if out.subset is None or len(out.subset) != len(shape):
+        return not shape
+    ranges = {p: r for s in scopes for p, r in s.params}
+    used = set()
+    for ix, dim in zip(out.subset, shape):
+        if not isinstance(ix, E.Var) or ix.name not in ranges or ix.name in used:
+            return False
+        r = ranges[ix.name]
+        if r.step != 1 or r.start != E.Const(0, "int64") or not _is_const(r.stop, dim, graph):
+            return False
+        used.add(ix.name)
+    return True
+
+
+def _is_const(e: E.Expr, value: int, graph: Graph) -> bool:
+    try:
+        return int(E.evaluate(e, dict(graph.bindings))) == value
+    except (KeyError, TypeError, ValueError):
+        return False

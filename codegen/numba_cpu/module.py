@@ -1,0 +1,253 @@
+"""A ``Program`` as the text of one Python module: ``_step``, ``_forward`` and ``Model``.
+
+The module (the ``model.py`` of an exported package; a cached file in-process) holds:
+
+- the import block, which is all that differs between the two modes:
+  ``export`` imports its siblings (``kernels``, ``_lib``, ``_ref``), ``inprocess``
+  imports the same code from dcstudio and its kernels from the kernel cache. The
+  text is the same for every backend: arrays are made, converted and viewed only
+  through ``L`` (the backend's library: NumPy for the CPU, CuPy for CUDA) and kernels
+  are called as ``K.k_<sha>(arrays…, extents…)``;
+- ``INPUTS``/``OUTPUTS``/``FORWARD_OUTPUTS`` (the model's own names, as ASCII string
+  literals) and ``UPDATES`` (``p.new`` → ``p`` pairs for ``Model.train_step``);
+- the reference-kernel tables ``_REF_k``/``_CTX_k``;
+- ``_step(W, B, R, <inputs>)``: one statement per kernel in topological order, each under a
+  comment naming its node id; intermediates live in the planned buffers ``B``
+  (``buffers``: allocated once per ``Model``, reused every step) and every intermediate
+  name is dropped (``x = None``) right after its last use; it returns
+  ``{output name: array}`` (outputs are fresh arrays, or the recycled buffers ``R``);
+- ``_forward``: the same with only the kernels the loss needs;
+- ``class Model``: weights and default inputs (``W``, from ``weights.npz`` or given),
+  ``step(**inputs)``, ``forward(**inputs)``, ``train_step(**inputs)``.
+
+``line_map`` maps generated line numbers to node ids (torch.fx's ``_lineno_map``) for
+error messages.
+"""
+from __future__ import annotations
+
+from codegen.export.namespace import comment, literal
+from codegen.numba_cpu.buffers import Plan, plan
+from codegen.numba_cpu.program import Alloc, Program, Statement
+from ir.containers import Role
+
+EXPORT_IMPORTS = """import os
+
+import numpy as np
+
+from . import _lib as L
+from . import kernels as K
+from ._ref import kernels as _ref_kernels  # noqa: F401  (fills the reference kernel table)
+from ._ref.registry import OpContext, lookup as _lookup
+
+EXTERN = {}
+"""
+
+INPROCESS_IMPORTS = """import numpy as np
+
+from codegen.numba_cpu import library as L
+from codegen.numba_cpu.kernel_cache import table as _kernel_table
+from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the reference kernel table)
+from codegen.numpy_ref.registry import OpContext, lookup as _lookup
+
+K = _kernel_table({kernels})
+EXTERN = {{}}  # filled by codegen.numba_cpu.runner: nodes that run in the reference executor
+"""
+
+MODEL_CLASS = '''
+
+class Model:
+    """One training step of the graph: ``step(**inputs) -> {output: array}``.
+
+    Inputs are passed by their names in the model (``INPUTS``; use ``**{name: value}``
+    for names that are not identifiers). Inputs not passed take their default values
+    (initializers, initial parameters and optimizer state) from ``weights``.
+    ``train_step`` also feeds the new parameters and state back as the next defaults.
+    ``recycle_outputs=True`` writes outputs into two reused sets of buffers (no page
+    faults in a training loop); a step's outputs are then valid until the step after next.
+    A Model is not thread-safe: its intermediate buffers are reused every step.
+    """
+
+    def __init__(self, weights=None, recycle_outputs=False):
+        self.weights = {key: L.asarray(value) for key, value in (_load_weights() if weights is None
+                                                                  else weights).items()}
+        self.state = {name: self.weights[key] for name, key in _DEFAULTS.items() if key in self.weights}
+        self.recycle_outputs = recycle_outputs
+        self._pools = {}
+        self._parity = 0
+
+    def _outputs(self, which, sizes):
+        """With ``recycle_outputs``, two sets of output buffers used in turn: a step's outputs
+        stay valid through the next step (then they are overwritten). Else None: fresh arrays."""
+        if not self.recycle_outputs:
+            return None
+        self._parity ^= 1
+        return self._pool(f"{which}-out{self._parity}", sizes)
+
+    def _pool(self, which, sizes):
+        """The planned intermediate buffers (allocated once, reused every step; not thread-safe)."""
+        if which not in self._pools:
+            self._pools[which] = [L.alloc((n,), np.uint8) for n in sizes]
+        return self._pools[which]
+
+    def _args(self, inputs):
+        unknown = sorted(set(inputs) - set(INPUTS))
+        if unknown:
+            raise TypeError(f"unknown inputs {unknown}; the model takes {list(INPUTS)}")
+        args = []
+        for name, dtype in zip(INPUTS, _INPUT_DTYPES):
+            if name in inputs:
+                args.append(L.asarray(inputs[name], dtype=dtype))
+            elif name in self.state:
+                args.append(self.state[name])
+            else:
+                raise TypeError(f"missing input {name!r} (it has no default value)")
+        return args
+
+    def step(self, **inputs):
+        """Run one training step; returns every graph output by name."""
+        return _step(self.weights, self._pool("step", _SLOTS), self._outputs("step", _OUT_SLOTS),
+                     *self._args(inputs))
+
+    def forward(self, **inputs):
+        """Only the kernels the loss (the graph's non-training outputs) needs."""
+        return _forward(self.weights, self._pool("forward", _FORWARD_SLOTS),
+                        self._outputs("forward", _FORWARD_OUT_SLOTS), *self._args(inputs))
+
+    def train_step(self, **inputs):
+        """``step``, then the updated parameters and optimizer state become the defaults."""
+        out = self.step(**inputs)
+        for new, old in UPDATES:
+            self.state[old] = out[new]
+        return out
+'''
+
+LOAD_WEIGHTS = {
+    "export": '''
+
+def _load_weights():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights.npz")
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+''',
+    "inprocess": '''
+
+def _load_weights():
+    raise TypeError("an in-process program is given its weights: Model(weights)")
+''',
+}
+
+
+def free_after(statements: list[Statement], keep: set[str]) -> list[list[str]]:
+    """Per statement, the containers whose last use it is (outputs, inputs and weights kept)."""
+    last: dict[str, int] = {}
+    produced: set[str] = set()
+    for k, st in enumerate(statements):
+        for c in st.reads + st.writes:
+            last[c] = k
+        produced.update(st.writes)
+    out: list[list[str]] = [[] for _ in statements]
+    for c, k in last.items():
+        if c in produced and c not in keep:
+            out[k].append(c)
+    return out
+
+
+def alloc_line(prog: Program, a: Alloc, slots: Plan) -> str:
+    var, shape, np_type = prog.var(a.container), literal(prog.shape(a.container)), prog.np_type(a.container)
+    init = "" if a.kind == "empty" else f", {literal(a.kind)}" + (f", {literal(a.wcr)}" if a.wcr else "")
+    if a.container in slots.slot_of:
+        return f"{var} = L.view(B[{slots.slot_of[a.container]}], {shape}, {np_type}{init})"
+    if a.container in getattr(slots, "out_slot_of", {}):
+        j = slots.out_slot_of[a.container]
+        return (f"{var} = L.view(R[{j}], {shape}, {np_type}{init}) if R is not None else "
+                f"L.alloc({shape}, {np_type}{init})")
+    return f"{var} = L.alloc({shape}, {np_type}{init})"
+
+
+def function_plan(prog: Program, statements: list[Statement], outputs: list[str]) -> Plan:
+    return plan(statements, outputs, prog.nbytes)
+
+
+def _function(prog: Program, name: str, statements: list[Statement], outputs: list[str], slots: Plan) -> list[str]:
+    g = prog.graph
+    params = ", ".join(["W", "B", "R"] + [prog.var(c) for c in g.inputs])
+    lines = [f"def {name}({params}):"]
+    used = {c for st in statements for c in st.reads} | set(outputs)
+    for c in g.values:
+        if c in used and c not in g.inputs:
+            lines.append(f"    {prog.var(c)} = W[{literal(prog.var(c))}]")
+    frees = free_after(statements, set(outputs))
+    for st, free in zip(statements, frees):
+        lines.append("    " + st.head)
+        lines += ["    " + alloc_line(prog, a, slots) for a in st.allocs]
+        lines += ["    " + text for text in st.lines]
+        if free:
+            lines.append("    " + " = ".join(prog.var(c) for c in sorted(free)) + " = None")
+    items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in outputs)
+    lines.append(f"    return {{{items}}}")
+    return lines
+
+
+def forward_outputs(prog: Program) -> list[str]:
+    """Graph outputs that are neither gradients nor new parameters/state (the loss)."""
+    g = prog.graph
+    plain = [c for c in g.outputs if g.container(c).role in (Role.OUTPUT, Role.TRANSIENT)]
+    return plain or list(g.outputs)
+
+
+def _needed(prog: Program, outputs: list[str]) -> list[Statement]:
+    need, keep = set(outputs), []
+    for st in reversed(prog.statements):
+        if need & set(st.writes):
+            keep.append(st)
+            need.update(st.reads)
+    return list(reversed(keep))
+
+
+def updates(prog: Program) -> list[tuple[str, str]]:
+    """(``p.new``, ``p``) for every output that replaces an input of the same name."""
+    g = prog.graph
+    return [(c, c[:-4]) for c in g.outputs if c.endswith(".new") and c[:-4] in g.inputs]
+
+
+def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: str = "") -> str:
+    """The module (see the module docstring); ``header`` is a block of ``#`` lines, ``extra``
+    more functions (the profiler's instrumented step)."""
+    g = prog.graph
+    imports = EXPORT_IMPORTS if mode == "export" else INPROCESS_IMPORTS.format(
+        kernels=literal(tuple(sorted(prog.kernels))))
+    defaults = {c: prog.var(c) for c in g.inputs if prog.var(c) in prog.arrays}
+    fwd = forward_outputs(prog)
+    fwd_statements = _needed(prog, fwd)
+    step_plan = function_plan(prog, prog.statements, list(g.outputs))
+    fwd_plan = function_plan(prog, fwd_statements, fwd)
+    dts = ", ".join(f"np.dtype({literal(g.container(c).dtype)})" for c in g.inputs)
+    parts = [f'"""{doc}"""\n' + header, imports,
+             f"INPUTS = {literal(tuple(g.inputs))}\nOUTPUTS = {literal(tuple(g.outputs))}\n"
+             f"FORWARD_OUTPUTS = {literal(tuple(fwd))}\nUPDATES = {literal(tuple(updates(prog)))}\n"
+             f"_DEFAULTS = {literal(defaults)}\n_INPUT_DTYPES = ({dts}{',' if len(g.inputs) == 1 else ''})\n"
+             f"_SLOTS = {literal(tuple(step_plan.slots))}  # planned buffers: {step_plan.nbytes} bytes\n"
+             f"_FORWARD_SLOTS = {literal(tuple(fwd_plan.slots))}\n"
+             f"_OUT_SLOTS = {literal(tuple(step_plan.out_slots))}\n"
+             f"_FORWARD_OUT_SLOTS = {literal(tuple(fwd_plan.out_slots))}\n",
+             "\n".join(prog.tables) + ("\n" if prog.tables else ""),
+             "\n".join(_function(prog, "_step", prog.statements, list(g.outputs), step_plan)) + "\n",
+             "\n".join(_function(prog, "_forward", fwd_statements, fwd, fwd_plan)) + "\n"]
+    parts.append(extra)
+    return "\n\n".join(p for p in parts if p) + LOAD_WEIGHTS[mode] + MODEL_CLASS
+
+
+def line_map(text: str) -> dict[int, str]:
+    """Generated line number → the node id in the comment above it (for tracebacks)."""
+    out: dict[int, str] = {}
+    current = ""
+    for k, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("# ") and line.startswith("    #") and "(" in stripped:
+            current = stripped[2:].rsplit(" (", 1)[0]
+        elif current and line.startswith("    "):
+            out[k] = current
+    return out
+
+
+__all__ = ["forward_outputs", "line_map", "module_text", "updates", "comment"]

@@ -1,0 +1,237 @@
+"""A graph as a list of Python statements, one per kernel: the CPU backend's program.
+
+``build_program(graph)`` lowers the graph (``codegen.export.prepare``) and turns every
+kernel, in topological order, into a ``Statement``:
+
+- a map → its output buffers (``np.empty``/``zeros``/``full``) and one call of its
+  loop-nest kernel ``K.k_<sha>(arrays…, extents…)`` (``loopnest``);
+- MatMul / Gemm / FusedMatMul / Einsum → one BLAS call into the output buffer; a fused
+  contraction (``ai.dcstudio``: GEMM + epilogue map) → BLAS into an accumulator buffer, then
+  its epilogue as a loop-nest kernel; a grouped GEMM → its members in order (``contractions``);
+- Identity, Reshape, Squeeze, Unsqueeze, Flatten, Expand → views (no copy);
+- Shape, Size → constants (shapes are static);
+- any other op → its NumPy reference kernel through ``L.reference`` (convolution,
+  pooling, losses, gathers, and ops other engineers add later: nothing breaks);
+- a map the loop-nest printer refuses, or an op without a reference kernel, →
+  ``EXTERN[k]`` (in-process only: the reference executor runs it; an export refuses
+  the graph and says which node and why).
+
+Names come from one ``Namespace``; arrays (initializers, folded constants, tensor
+attributes) go to ``arrays`` (the ``.npz``), never into the source. ``codegen.numba_cpu.
+module`` assembles the statements into a module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from codegen.export.namespace import Namespace, comment, literal
+from codegen.export.prepare import lower_for_codegen
+from codegen.numba_cpu import contractions
+from codegen.numba_cpu.loopnest import KernelSource, UnsupportedMap, kernel_source
+from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the reference table)
+from codegen.numpy_ref.registry import OpContext, canonical_domain, lookup
+from ir import dtypes
+from ir.containers import Container
+from ir.graph import Graph
+from ir.nodes import MapNode, OpNode
+
+NP_TYPES = {"float32": "np.float32", "float64": "np.float64", "float16": "np.float16", "int64": "np.int64",
+            "int32": "np.int32", "int16": "np.int16", "int8": "np.int8", "uint8": "np.uint8",
+            "uint16": "np.uint16", "uint32": "np.uint32", "uint64": "np.uint64", "bool": "np.bool_"}
+VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+METADATA_OPS = frozenset({"Shape", "Size"})
+RESERVED = ("W", "K", "L", "np", "os", "math", "EXTERN", "OpContext", "Model", "INPUTS", "OUTPUTS",
+            "FORWARD_OUTPUTS", "UPDATES")
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """An output buffer the statement needs before its call (``empty``, ``zeros``, ``full``)."""
+
+    container: str
+    kind: str = "empty"
+    wcr: str | None = None
+
+
+@dataclass
+class Statement:
+    node_id: str
+    label: str
+    kind: str                      # kernel | blas | view | constant | reference | extern
+    head: str                      # the comment naming the node
+    lines: list[str]               # the call, after the allocations
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    allocs: tuple[Alloc, ...] = ()
+    kernel: str | None = None
+
+
+@dataclass
+class Program:
+    graph: Graph
+    ns: Namespace
+    statements: list[Statement] = field(default_factory=list)
+    kernels: dict[str, KernelSource] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    tables: list[str] = field(default_factory=list)
+    extern: dict[int, tuple[object, str]] = field(default_factory=dict)   # k -> (node, reason)
+    make_kernel: Callable | None = None
+    temps: dict[str, Container] = field(default_factory=dict)   # statement-internal buffers (GEMM accumulators)
+
+    def var(self, container: str) -> str:
+        return self.ns.name(("c", container), container)
+
+    def container(self, name: str) -> Container:
+        return self.temps[name] if name in self.temps else self.graph.container(name)
+
+    def np_type(self, container: str) -> str:
+        dt = self.container(container).dtype
+        if dt not in NP_TYPES:
+            raise UnsupportedMap(f"'{container}' has dtype {dt}, which NumPy cannot hold without ml_dtypes")
+        return NP_TYPES[dt]
+
+    def shape(self, container: str) -> tuple[int, ...]:
+        return self.container(container).concrete_shape(self.graph.bindings)
+
+    def nbytes(self, container: str) -> int:
+        return self.container(container).nbytes(self.graph.bindings)
+
+
+KernelMaker = Callable[[MapNode, Graph], KernelSource]
+
+
+def build_program(graph: Graph, *, parallel: bool = False, fast: bool = True, lowered: bool = False,
+                  make_kernel: KernelMaker | None = None) -> Program:
+    """The program of ``graph`` (lowered first unless ``lowered``). ``make_kernel`` turns a map
+    into a kernel (default: the numba loop nest; the CUDA backend passes its own)."""
+    g = graph if lowered else lower_for_codegen(graph)
+    prog = Program(g, Namespace(RESERVED))
+    prog.make_kernel = make_kernel or (lambda m, graph: kernel_source(m, graph, parallel=parallel, fast=fast))
+    for name in g.inputs:
+        prog.var(name)
+    for name, value in g.values.items():
+        prog.arrays[prog.var(name)] = np.asarray(value)
+    for node in g.topo_order():
+        prog.statements.append(_statement(prog, node))
+    return prog
+
+
+def _statement(prog: Program, node) -> Statement:
+    head = f"# {comment(node.id)} ({comment(_label(node), 40)})"
+    try:
+        if isinstance(node, MapNode):
+            return _map(prog, node, head)
+        return _op(prog, node, head)
+    except (UnsupportedMap, KeyError) as e:
+        reason = e.args[0] if isinstance(e, UnsupportedMap) else f"unbound dimension {e.args[0]!r}"
+        return _extern(prog, node, head, str(reason))
+
+
+def _label(node) -> str:
+    return node.label if isinstance(node, MapNode) else node.qualified_type
+
+
+def _reads(node) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m.container for m in node.inputs if m is not None))
+
+
+def _writes(node) -> tuple[str, ...]:
+    return tuple(m.container for m in node.outputs if m is not None)
+
+
+def _map(prog: Program, m: MapNode, head: str) -> Statement:
+    ks = prog.make_kernel(m, prog.graph)
+    prog.kernels.setdefault(ks.name, ks)
+    for c in ks.outputs:
+        prog.np_type(c)
+    allocs = tuple(Alloc(c, ks.init[c].kind, ks.init[c].wcr) for c in ks.outputs)
+    args = [prog.var(c) for c in ks.arrays] + [str(n) for n in ks.extents]
+    reads = tuple(c for c in ks.arrays if c not in ks.outputs)
+    return Statement(m.id, m.label, "kernel", head, [f"K.{ks.name}({', '.join(args)})"], reads, ks.outputs,
+                     allocs, ks.name)
+
+
+def _op(prog: Program, node: OpNode, head: str) -> Statement:
+    ins = [prog.var(m.container) if m is not None else "None" for m in node.inputs]
+    outs = _writes(node)
+    fused = contractions.statement(prog, node, head)
+    if fused is not None:
+        return fused
+    kind, call = _special(prog, node, ins)
+    if call is None:
+        kind, call = "reference", _reference_call(prog, node, ins)
+        targets = ", ".join(prog.var(m.container) if m is not None else "_" for m in node.outputs) + ", *_"
+    else:
+        targets = prog.var(outs[0])
+    return Statement(node.id, node.qualified_type, kind, head, [f"{targets} = {call}"], _reads(node), outs)
+
+
+def _special(prog: Program, node: OpNode, ins: list[str]) -> tuple[str, str | None]:
+    """Views and folded constants; (kind, None) when the op is neither."""
+    dom, op = canonical_domain(node.domain), node.op_type
+    if dom == "" and op == "Identity":
+        return "view", ins[0]
+    if dom == "" and op in VIEW_OPS and node.outputs[0] is not None:
+        return "view", f"{ins[0]}.reshape({literal(prog.shape(node.outputs[0].container))})"
+    if dom == "" and op == "Expand":
+        return "view", f"L.broadcast_to({ins[0]}, {literal(prog.shape(node.outputs[0].container))})"
+    if dom == "" and op in METADATA_OPS:
+        return "constant", _fold_metadata(prog, node)
+    return "", None
+
+
+def _fold_metadata(prog: Program, node: OpNode) -> str:
+    """Shape/Size of a statically shaped tensor: a constant array in the sidecar."""
+    src = node.inputs[0].container
+    dummy = np.broadcast_to(np.zeros((), dtypes.to_numpy(prog.graph.container(src).dtype)), prog.shape(src))
+    value = lookup("", node.op_type)([dummy], dict(node.attrs), OpContext(opset=node.opset))[0]
+    key = prog.ns.name(("const", node.id), "const_" + node.outputs[0].container)
+    prog.arrays[key] = np.asarray(value)
+    return f"W[{literal(key)}]"
+
+
+def _attrs(prog: Program, node: OpNode) -> str:
+    items = []
+    for k, v in node.attrs.items():
+        if isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)):
+            key = prog.ns.name(("attr", node.id, k), f"attr_{node.id}_{k}")
+            if isinstance(v, list):
+                raise UnsupportedMap(f"attribute '{k}' is a list of tensors")
+            prog.arrays[key] = np.asarray(v)
+            items.append(f"{literal(k)}: W[{literal(key)}]")
+        else:
+            items.append(f"{literal(k)}: {literal(v)}")
+    return "{" + ", ".join(items) + "}"
+
+
+def _reference_call(prog: Program, node: OpNode, ins: list[str]) -> str:
+    if lookup(node.domain, node.op_type) is None:
+        raise UnsupportedMap(f"{node.qualified_type} has no NumPy reference kernel")
+    k = len(prog.tables) // 2
+    shapes, dts = [], []
+    for m in node.outputs:
+        c = prog.graph.containers.get(m.container) if m is not None else None
+        try:
+            shapes.append(c.concrete_shape(prog.graph.bindings) if c else None)
+        except KeyError:
+            shapes.append(None)
+        dts.append(f"np.dtype({literal(dtypes.to_numpy(c.dtype).name)})" if c else "None")
+    extra = {"impl": node.impl} if node.impl != "default" else {}
+    prog.tables.append(f"_REF_{k} = _lookup({literal(canonical_domain(node.domain))}, {literal(node.op_type)})")
+    prog.tables.append(f"_CTX_{k} = OpContext(opset={int(node.opset)}, n_outputs={len(node.outputs)}, "
+                       f"output_shapes={literal(tuple(shapes))}, output_dtypes=({', '.join(dts)},), "
+                       f"label={literal(node.id)}, extra={literal(extra)})")
+    return f"L.reference(_REF_{k}, ({', '.join(ins)},), {_attrs(prog, node)}, _CTX_{k})"
+
+
+def _extern(prog: Program, node, head: str, reason: str) -> Statement:
+    k = len(prog.extern)
+    prog.extern[k] = (node, reason)
+    ins = [prog.var(c) for c in _reads(node)]
+    outs = [prog.var(c) for c in _writes(node)]
+    call = f"EXTERN[{k}]({', '.join(ins)})"
+    lines = [f"# runs in the reference executor: {comment(reason)}", f"{', '.join(outs)}, *_ = {call}"]
+    return Statement(node.id, _label(node), "extern", head, lines, _reads(node), _writes(node))

@@ -1,0 +1,133 @@
+"""Running a graph on the CPU backend in this process.
+
+``CompiledGraph(graph)`` builds the program (``program``), writes its kernels to the
+kernel cache and its module to ``<cache>/programs/p_<sha>.py``, imports that module
+(a real file, so tracebacks show generated lines) and makes its ``Model`` with the
+graph's arrays as weights. ``run(feeds)`` is one call of ``Model.step``; the first call
+compiles every kernel that numba's cache does not already hold (``warm_up`` does it up
+front). Nodes the program could not turn into code (``Program.extern``) run through the
+reference executor's kernels, so every graph the reference runs, this runs.
+
+``run(graph, feeds)`` is the one-shot form, with the same signature as the reference
+executor's ``codegen.numpy_ref.executor.run``. ``threads`` pins numba and BLAS for the
+whole process (default: leave them as they are, and report them in ``threads``); kernels
+use ``prange`` only with ``parallel=True``: on this 2-vCPU VM parallel kernels ran at half
+the single-thread bandwidth (numba's OpenMP pool and OpenBLAS's spinning threads compete),
+while BLAS alone scales, so the default is BLAS on ``threads`` threads, kernels on one.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from codegen.numba_cpu import kernel_cache
+from codegen.numba_cpu import threads as thread_control
+from codegen.numba_cpu.module import module_text
+from codegen.numba_cpu.program import Program, build_program
+from codegen.numpy_ref.maps import run_map
+from codegen.numpy_ref.registry import OpContext, lookup
+from ir import dtypes
+from ir.errors import KernelError
+from ir.graph import Graph
+from ir.nodes import MapNode, OpNode
+
+
+def _extern_callable(graph: Graph, node) -> Callable[..., tuple]:
+    """A function ``(*inputs) -> (*outputs)`` running ``node`` in the reference executor."""
+    reads = list(dict.fromkeys(m.container for m in node.inputs if m is not None))
+    writes = [m.container for m in node.outputs if m is not None]
+
+    def run_node(*arrays: np.ndarray) -> tuple:
+        env = dict(graph.values)
+        env.update(zip(reads, arrays))
+        if isinstance(node, MapNode):
+            res = run_map(node, env, graph.containers, graph.bindings)
+            return tuple(res[c] for c in writes)
+        return tuple(_run_op(graph, node, env))
+    return run_node
+
+
+def _run_op(graph: Graph, node: OpNode, env: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    fn = lookup(node.domain, node.op_type)
+    if fn is None:
+        raise KernelError(f"no kernel for {node.qualified_type}", node, graph)
+    shapes, dts = [], []
+    for m in node.outputs:
+        c = graph.containers.get(m.container) if m is not None else None
+        try:
+            shapes.append(c.concrete_shape(graph.bindings) if c else None)
+        except KeyError:
+            shapes.append(None)
+        dts.append(dtypes.to_numpy(c.dtype) if c else None)
+    ctx = OpContext(opset=node.opset, n_outputs=len(node.outputs), output_shapes=tuple(shapes),
+                    output_dtypes=tuple(dts), label=node.id,
+                    extra={"impl": node.impl} if node.impl != "default" else {})
+    ins = [env[m.container] if m is not None else None for m in node.inputs]
+    res = fn(ins, node.attrs, ctx)
+    return [np.asarray(v) for m, v in zip(node.outputs, res) if m is not None]
+
+
+def _import(path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class CompiledGraph:
+    """A graph compiled for the CPU backend (see the module docstring)."""
+
+    def __init__(self, graph: Graph, *, threads: int | None = None, parallel: bool = False,
+                 fast: bool = True, lowered: bool = False, extra: Callable[[Program], str] | None = None) -> None:
+        self.threads = thread_control.pin(threads) if threads else thread_control.current()
+        self.program: Program = build_program(graph, parallel=parallel, fast=fast, lowered=lowered)
+        for ks in self.program.kernels.values():
+            kernel_cache.write(ks)
+        self.source = module_text(self.program, mode="inprocess", doc=f"dcstudio CPU program of {graph.name!a}",
+                                  extra=extra(self.program) if extra else "")
+        sha = hashlib.sha256(self.source.encode()).hexdigest()[:20]
+        self.path = kernel_cache.cache_dir() / "programs" / f"p_{sha}.py"
+        if not self.path.is_file():
+            kernel_cache.write_atomic(self.path, self.source)
+        self.module = _import(self.path, f"dcstudio_program_{sha}")
+        g = self.program.graph
+        for k, (node, _reason) in self.program.extern.items():
+            self.module.EXTERN[k] = _extern_callable(g, node)
+        self.model = self.module.Model(weights=self.program.arrays)
+
+    @property
+    def graph(self) -> Graph:
+        """The lowered graph the program was built from."""
+        return self.program.graph
+
+    def extern_nodes(self) -> list[tuple[str, str]]:
+        """(node id, reason) of the nodes that run in the reference executor."""
+        return [(node.id, reason) for node, reason in self.program.extern.values()]
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        res = self.model.step(**feeds)
+        return res if outputs is None else {k: res[k] for k in outputs}
+
+    def warm_up(self, feeds: Mapping[str, np.ndarray]) -> float:
+        """Run once (compiling every kernel not yet in numba's cache); returns the seconds it took."""
+        import time
+        t0 = time.perf_counter()
+        self.run(feeds)
+        return time.perf_counter() - t0
+
+    def kernel_count(self) -> dict[str, int]:
+        kinds: dict[str, int] = {}
+        for st in self.program.statements:
+            kinds[st.kind] = kinds.get(st.kind, 0) + 1
+        return kinds
+
+
+def run(graph: Graph, feeds: Mapping[str, np.ndarray], *, outputs: Iterable[str] | None = None,
+        **options: Any) -> dict[str, np.ndarray]:
+    """Compile ``graph`` and run it once on ``feeds`` (like ``numpy_ref.executor.run``)."""
+    return CompiledGraph(graph, **options).run(feeds, outputs)

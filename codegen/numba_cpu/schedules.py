@@ -1,0 +1,172 @@
+"""Loop schedules of a kernel's outermost map: the order its loops run in memory.
+
+All schedules run every statement at every point in body order (the map's semantics);
+they differ in loop order, which decides whether the innermost loop walks memory
+contiguously (and vectorizes) — on this machine a strided kernel ran 20–90× slower.
+
+- ``default``: the map's params outer to inner, nested maps inside.
+- ``tiled``: a transpose — a pointwise map that reads along one dimension and writes
+  along the other, with at most two arrays contiguous in the last param: the last two
+  params run in ``TILE`` blocks, so both arrays stay in cache (2.5x on a 768x3072
+  transpose here). With more contiguous arrays (an update reading one transposed
+  gradient) the default order wins: the strided array's lines stay in L2 across rows,
+  while blocks would break the others' prefetch streams (measured 8 vs 13 ms).
+- ``columns``: a map over columns whose nested maps sweep rows (``y[r, c]`` with the
+  map over ``c``: bias gradients, a reduction fused with its elementwise producer and
+  the optimizer update). The column param is strip-mined into blocks of ``COLUMNS``;
+  inside a block, every statement runs for the whole block at once — nested sweeps with
+  the rows outside and the block's columns innermost (contiguous, vectorized). The map's
+  locals become arrays over the block (one accumulator per column). Interchanging is
+  valid because map points are independent and each point still sees its statements,
+  and its reduction over rows, in order.
+"""
+from __future__ import annotations
+
+from ir import expr as E
+from ir.memlet import Range
+from ir.nodes import MapNode, Tasklet
+
+from codegen.numba_cpu.loopnest import (Nest, declare_locals, first_wcr, identity_literal, kernel_locals, scope,
+                                        tasklet_line)
+
+TILE = (32, 256)
+COLUMNS = 256
+NP = {"float32": "np.float32", "float64": "np.float64", "int64": "np.int64", "int32": "np.int32",
+      "bool": "np.bool_", "float16": "np.float16"}
+
+
+def emit(nest: Nest, m: MapNode, parallel: bool) -> str:
+    """Print ``m``'s loops with the schedule ``choose`` picks; returns its name."""
+    kind = choose(m)
+    if kind == "tiled":
+        _tiled(nest, m, parallel)
+    elif kind == "columns":
+        _columns(nest, m)
+    else:
+        scope(nest, m, True, parallel)
+    return kind
+
+
+def _simple(r: Range) -> bool:
+    return r.step == 1 and isinstance(r.start, E.Const) and int(r.start.value) == 0
+
+
+def _global_subsets(stmts, local: set[str]):
+    for node in stmts:
+        walk = node.walk() if isinstance(node, MapNode) else [(node, ())]
+        for t, _ in walk:
+            if isinstance(t, Tasklet):
+                for mem in list(t.inputs.values()) + [t.output]:
+                    if mem.container not in local and mem.subset:
+                        yield mem.subset
+
+
+def _last_var(subset) -> str | None:
+    ix = subset[-1]
+    return ix.name if isinstance(ix, E.Var) else None
+
+
+def choose(m: MapNode) -> str:
+    params = [p for p, _ in m.params]
+    if not params or not all(_simple(r) for _, r in m.params):
+        return "default"
+    local = kernel_locals(m)
+    nested = [s for s in m.body if isinstance(s, MapNode)]
+    if not nested:
+        if len(params) < 2:
+            return "default"
+        a, b = params[-2], params[-1]
+        subsets = list(_global_subsets(m.body, local))
+        along_b = sum(_last_var(s) == b for s in subsets)
+        along_a = sum(_last_var(s) == a and E.Var(b) in s for s in subsets)
+        return "tiled" if along_a and along_b and along_b <= 2 else "default"
+    if any(isinstance(x, MapNode) for n in nested for x in n.body) or \
+            not all(_simple(r) for n in nested for _, r in n.params):
+        return "default"
+    q = params[-1]
+    inner = list(_global_subsets(nested, local))
+    if inner and all(_last_var(s) == q or isinstance(s[-1], E.Const) for s in inner) \
+            and any(_last_var(s) == q for s in inner):
+        return "columns"
+    return "default"
+
+
+def _loop(nest: Nest, p: str, r: Range, loop: str = "range") -> None:
+    name = f"p{len(nest.params)}"
+    nest.params[p] = name
+    nest.w.line(f"for {name} in {loop}({nest.bound(r.stop)}):")
+    nest.w.depth += 1
+
+
+def _tiled(nest: Nest, m: MapNode, parallel: bool) -> None:
+    depth = nest.w.depth
+    for k, (p, r) in enumerate(m.params[:-2]):
+        _loop(nest, p, r, "prange" if parallel and k == 0 else "range")
+    (pa, ra), (pb, rb) = m.params[-2:]
+    na, nb = nest.bound(ra.stop), nest.bound(rb.stop)
+    first = "prange" if parallel and len(m.params) == 2 else "range"
+    ta, tb = TILE
+    nest.w.line(f"for ia in {first}(({na} + {ta - 1}) // {ta}):")     # prange needs unit steps
+    nest.w.line(f"    ba = ia * {ta}")
+    nest.w.line(f"    for bb in range(0, {nb}, {tb}):")
+    nest.w.depth += 2
+    a, b = f"p{len(nest.params)}", f"p{len(nest.params) + 1}"
+    nest.params[pa], nest.params[pb] = a, b
+    nest.w.line(f"for {a} in range(ba, min(ba + {ta}, {na})):")
+    nest.w.line(f"    for {b} in range(bb, min(bb + {tb}, {nb})):")
+    nest.w.depth += 2
+    declare_locals(nest, m)
+    for stmt in m.body:
+        tasklet_line(nest, stmt)
+    nest.w.depth = depth
+
+
+def _columns(nest: Nest, m: MapNode) -> None:
+    depth = nest.w.depth
+    for p, r in m.params[:-1]:
+        _loop(nest, p, r)
+    q, rq = m.params[-1]
+    nq = nest.bound(rq.stop)
+    first = first_wcr(m)
+    inits = []
+    for loc, c in m.locals.items():
+        name = f"t{len(nest.locals)}"
+        nest.pre.append(f"{name} = np.empty({COLUMNS}, {NP[c.dtype]})")
+        nest.locals[loc] = (f"{name}[qi]", c.dtype)
+        inits.append(f"{name}[:] = {identity_literal(first.get(loc), c.dtype)}")
+    qv = f"p{len(nest.params)}"
+    nest.params[q] = qv
+    nest.w.line(f"for qb in range(0, {nq}, {COLUMNS}):")
+    nest.w.depth += 1
+    nest.w.line(f"qe = min(qb + {COLUMNS}, {nq})")
+    for text in inits:
+        nest.w.line(text)
+    for group in _runs(m.body):
+        inner = nest.w.depth
+        stmt = group[0]
+        if isinstance(stmt, MapNode):
+            for p, r in stmt.params:
+                _loop(nest, p, r)
+        nest.w.line(f"for {qv} in range(qb, qe):")
+        nest.w.line(f"    qi = {qv} - qb")
+        nest.w.depth += 1
+        if isinstance(stmt, MapNode):
+            declare_locals(nest, stmt)
+            for t in stmt.body:
+                tasklet_line(nest, t)
+        else:
+            for t in group:
+                tasklet_line(nest, t)
+        nest.w.depth = inner
+    nest.w.depth = depth
+
+
+def _runs(body: list) -> list[list]:
+    """The body as runs of consecutive tasklets (one column loop each) and single nested maps."""
+    out: list[list] = []
+    for stmt in body:
+        if isinstance(stmt, Tasklet) and out and isinstance(out[-1][0], Tasklet):
+            out[-1].append(stmt)
+        else:
+            out.append([stmt])
+    return out

@@ -1,0 +1,161 @@
+"""Profiling out of process: per-kernel timings, robust to kernels that raise, hang or crash.
+
+``profile_graph(graph, feeds)`` writes the graph (IR JSON, arrays in ``.npz``) to a temp
+dir and runs ``codegen.timing.worker`` in a fresh process pinned to ``threads`` threads
+(``threads.environment``). The parent watches the worker's progress file: if one kernel
+runs longer than ``timeout`` seconds, or the worker dies, that kernel is recorded as
+failed (``timeout`` / ``crashed``), and a new worker measures everything again with it
+skipped (its outputs zero-filled) — profiling carries on. A kernel that raises is caught
+inside the worker and reported with its exception. The result is a ``Profile``: one
+``KernelTiming`` per kernel (median, min, max, CV; GB/s, % of the calibrated triad,
+GFLOP/s, roofline bound and efficiency), the step's own timing and the thread counts.
+
+``ab_ratio(a, b, feeds)`` times two graphs' whole steps alternately in one worker (paired
+A/B, so drift hits both) and returns median(a) / median(b) and its per-pair spread.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from codegen.numba_cpu import threads as thread_control
+from codegen.timing.calibrate import Peaks
+from codegen.timing.stats import KernelTiming, Samples
+from ir.graph import Graph
+from ir.serialize import dumps
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT = 900.0   # import, lowering and compiling a big graph's kernels
+
+
+@dataclass
+class Profile:
+    kernels: list[KernelTiming]
+    step: Samples
+    threads: dict
+    peaks: Peaks | None = None
+    failures: list[str] = field(default_factory=list)
+    workers: int = 1
+
+    def by_id(self) -> dict[str, KernelTiming]:
+        return {k.node_id: k for k in self.kernels}
+
+    def to_json(self) -> dict:
+        return {"step": asdict(self.step), "threads": self.threads, "failures": self.failures,
+                "peaks": self.peaks.to_json() if self.peaks else None, "workers": self.workers,
+                "kernels": [k.to_json() for k in self.kernels]}
+
+
+def write_graph(graph: Graph, feeds: Mapping[str, np.ndarray], stem: Path) -> None:
+    """IR JSON without arrays, plus one ``.npz`` holding values and feeds by position."""
+    stem.with_suffix(".json").write_text(dumps(graph, with_values=False), encoding="utf-8")
+    values, fed = list(graph.values), [n for n in graph.inputs if n in feeds]
+    stem.with_suffix(".names.json").write_text(json.dumps({"values": values, "feeds": fed}), encoding="utf-8")
+    arrays = {f"v{k}": np.asarray(graph.values[n]) for k, n in enumerate(values)}
+    arrays.update({f"f{k}": np.asarray(feeds[n]) for k, n in enumerate(fed)})
+    np.savez(stem.with_suffix(".npz"), **arrays)
+
+
+def _run_worker(job: dict, work: Path, threads: int, timeout: float) -> tuple[dict | None, str | None, int]:
+    """Run one worker; (result, failure kind, statement index running at the failure)."""
+    path = work / "job.json"
+    path.write_text(json.dumps(job), encoding="utf-8")
+    progress = np.memmap(job["progress"], dtype=np.int64, mode="w+", shape=(2,))
+    progress[:] = (-1, 0)
+    env = dict(os.environ, **thread_control.environment(threads))
+    proc = subprocess.Popen([sys.executable, "-m", "codegen.timing.worker", str(path)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    last, since = (int(progress[0]), int(progress[1])), time.monotonic()
+    while proc.poll() is None:
+        time.sleep(0.05)
+        now = (int(progress[0]), int(progress[1]))
+        if now != last:
+            last, since = now, time.monotonic()
+        limit = STARTUP_TIMEOUT if now[0] < 0 else timeout
+        if time.monotonic() - since > limit:
+            proc.kill()
+            proc.communicate()
+            return None, f"timeout after {timeout:g} s", int(progress[0])
+    out, err = proc.communicate()
+    line = next((ln for ln in out.splitlines() if ln.startswith("DCSTUDIO-RESULT ")), None)
+    if proc.returncode == 0 and line:
+        return json.loads(line[len("DCSTUDIO-RESULT "):]), None, -1
+    tail = err.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+    return None, f"crashed (exit code {proc.returncode}): {tail[0][:300]}", int(progress[0])
+
+
+def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray], *, kernels: Iterable[str] | None = None,
+                  reps: int = 10, warmup: int = 2, timeout: float = 60.0, threads: int | None = None,
+                  peaks: Peaks | None = None, plugins: Iterable[str] = ()) -> Profile:
+    """Time every kernel of ``graph`` out of process (see the module docstring)."""
+    threads = threads or thread_control.default_threads()
+    with tempfile.TemporaryDirectory(prefix="dcstudio-profile-") as tmp:
+        work = Path(tmp)
+        write_graph(graph, feeds, work / "graph")
+        job = {"graph": str(work / "graph"), "progress": str(work / "progress"), "reps": reps, "warmup": warmup,
+               "threads": threads, "plugins": list(plugins), "skip": []}
+        failed: dict[int, str] = {}
+        for attempt in range(1, len(graph.nodes) + 2):
+            result, failure, at = _run_worker(job, work, threads, timeout)
+            if result is not None:
+                return _assemble(result, failed, peaks, kernels, attempt)
+            if at < 0 or at in failed:
+                raise RuntimeError(f"the profiling worker failed outside any kernel: {failure}")
+            failed[at] = failure
+            job["skip"] = sorted(failed)
+    raise RuntimeError("the profiling worker kept failing")
+
+
+def _assemble(result: dict, failed: dict[int, str], peaks: Peaks | None, wanted, workers: int) -> Profile:
+    keep = set(wanted) if wanted is not None else None
+    out, failures = [], []
+    for k, st in enumerate(result["statements"]):
+        if keep is not None and st["node_id"] not in keep:
+            continue
+        error = failed.get(k) or st["error"]
+        if error:
+            failures.append(f"{st['node_id']}: {error}")
+        samples = Samples.of(st["samples_ns"]) if not error else None
+        out.append(KernelTiming(st["node_id"], st["label"], st["kind"], samples, st["bytes"], st["flops"],
+                                peaks.bandwidth if peaks else 0.0, peaks.flops if peaks else 0.0, error,
+                                {"start_ns": st["start_ns"], "samples_ns": st["samples_ns"]}))
+    return Profile(out, Samples.of(result["step_ns"]), result["threads"], peaks, failures, workers)
+
+
+@dataclass(frozen=True)
+class ABResult:
+    a: Samples
+    b: Samples
+    ratio: float             # median(a) / median(b): > 1 means b is faster
+    pair_spread: float       # (max - min) / median of the per-pair ratios
+    threads: dict
+
+
+def ab_ratio(a: Graph, b: Graph, feeds: Mapping[str, np.ndarray], *, reps: int = 10, warmup: int = 2,
+             threads: int | None = None, timeout: float = 600.0) -> ABResult:
+    """Paired A/B: whole steps of ``a`` and ``b`` alternately in one worker."""
+    threads = threads or thread_control.default_threads()
+    with tempfile.TemporaryDirectory(prefix="dcstudio-ab-") as tmp:
+        work = Path(tmp)
+        write_graph(a, feeds, work / "a")
+        write_graph(b, {k: v for k, v in feeds.items() if k in b.inputs}, work / "b")
+        job = {"ab": [str(work / "a"), str(work / "b")], "progress": str(work / "progress"), "reps": reps,
+               "warmup": warmup, "threads": threads}
+        result, failure, _ = _run_worker(job, work, threads, timeout)
+    if result is None:
+        raise RuntimeError(f"A/B worker failed: {failure}")
+    pairs = [x / y for x, y in zip(result["a_ns"], result["b_ns"]) if y]
+    med = statistics.median(pairs) if pairs else float("nan")
+    sa, sb = Samples.of(result["a_ns"]), Samples.of(result["b_ns"])
+    return ABResult(sa, sb, sa.median_s / sb.median_s, (max(pairs) - min(pairs)) / med if pairs else 0.0,
+                    result["threads"])

@@ -1,0 +1,94 @@
+"""The profiling worker: ``python -m codegen.timing.worker JOB.json`` (run by ``profiler``).
+
+It loads the graph (IR JSON + arrays in ``.npz``), pins its threads, compiles the graph
+for the CPU backend with the instrumented step (``instrument``), runs one untimed step
+(compiling kernels), then ``warmup`` + ``reps`` timed steps, and prints one JSON result:
+per statement the durations, the last start time, an error if it raised; and the total
+per step. ``job["ab"]`` instead alternates full steps of two graphs (paired A/B).
+Progress goes to the shared ``progress`` file (``P[0]`` = statement running, ``P[1]`` a
+heartbeat), which the parent watches to kill a worker stuck in one kernel.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _load(stem: Path):
+    """The graph and feeds written by ``profiler.write_graph`` (arrays by position: names may be anything)."""
+    from ir.serialize import loads
+    graph = loads(stem.with_suffix(".json").read_text(encoding="utf-8"))
+    names = json.loads(stem.with_suffix(".names.json").read_text(encoding="utf-8"))
+    with np.load(stem.with_suffix(".npz"), allow_pickle=False) as f:
+        graph.values.update({name: f[f"v{k}"] for k, name in enumerate(names["values"])})
+        feeds = {name: f[f"f{k}"] for k, name in enumerate(names["feeds"])}
+    return graph, feeds
+
+
+def _profile(job: dict) -> dict:
+    from codegen.numba_cpu.runner import CompiledGraph
+    from codegen.timing.instrument import timed_step
+    from ir.movement import kernel_estimate
+    graph, feeds = _load(Path(job["graph"]))
+    cg = CompiledGraph(graph, threads=job["threads"], extra=timed_step)
+    progress = np.memmap(job["progress"], dtype=np.int64, mode="r+", shape=(2,))
+    model, mod = cg.model, cg.module
+    args = model._args(feeds)
+    pool = model._pool("step", mod._SLOTS)
+    outs = model._pool("step-out", mod._OUT_SLOTS)     # outputs in reused buffers too: no page faults
+    n = len(cg.program.statements)
+    skip = set(job.get("skip", ()))
+    steps, times, starts, errors = [], [[] for _ in range(n)], [0] * n, {}
+    for rep in range(1 + job["warmup"] + job["reps"]):     # one compiling step, warm-up, timed reps
+        if rep == 1 + job["warmup"]:
+            times = [[] for _ in range(n)]
+        t0 = time.perf_counter_ns()
+        mod._step_timed(model.weights, pool, outs, times, starts, progress, skip, errors, *args)
+        if rep > job["warmup"]:
+            steps.append(time.perf_counter_ns() - t0)
+    out = []
+    for k, st in enumerate(cg.program.statements):
+        node = cg.graph.nodes[st.node_id]
+        est = kernel_estimate(cg.graph, node)
+        out.append({"node_id": st.node_id, "label": st.label, "kind": st.kind, "samples_ns": times[k],
+                    "start_ns": starts[k], "error": errors.get(k), "bytes": est.bytes, "flops": est.flops})
+    from codegen.numba_cpu.threads import current
+    return {"statements": out, "step_ns": steps, "threads": current().to_json()}
+
+
+def _ab(job: dict) -> dict:
+    from codegen.numba_cpu.runner import CompiledGraph
+    runs = []
+    for stem in job["ab"]:
+        graph, feeds = _load(Path(stem))
+        cg = CompiledGraph(graph, threads=job["threads"])
+        cg.run(feeds)
+        runs.append((cg, feeds))
+    times = [[], []]
+    for _ in range(job["warmup"] + job["reps"]):
+        for side, (cg, feeds) in enumerate(runs):
+            t0 = time.perf_counter_ns()
+            cg.run(feeds)
+            times[side].append(time.perf_counter_ns() - t0)
+    w = job["warmup"]
+    from codegen.numba_cpu.threads import current
+    return {"a_ns": times[0][w:], "b_ns": times[1][w:], "threads": current().to_json()}
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    for name in job.get("plugins", ()):
+        importlib.import_module(name)
+    result = _ab(job) if job.get("ab") else _profile(job)
+    sys.stdout.write("DCSTUDIO-RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,87 @@
+"""``dcstudio export MODEL [HISTORY] -o DIR --backend cpu|cuda``: a standalone package.
+
+Imports the model (as the history's training options and bindings say), replays the
+history headless, and writes the package ``DIR`` (``codegen.export.package`` for the CPU
+backend, ``codegen.cupy_cuda.export`` for CUDA). The stored check inputs are the
+deterministic feeds of ``codegen.numpy_ref.feeds`` or the arrays of ``--inputs X.npz``
+(keys = input names); their reference outputs are computed now. Prints what was written
+and how to check it: ``cd PARENT && python -m NAME --check``.
+
+Exit codes: 0 ok, 2 bad input (unreadable model or history, a step that does not replay,
+a graph the backend cannot export — the message names the node).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from ir.errors import StudioError
+
+
+def _inputs(graph, path: str | None) -> dict[str, np.ndarray]:
+    from codegen.numpy_ref.feeds import feeds_for
+    feeds = feeds_for(graph)
+    if path:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                given = {k: data[k] for k in data.files}
+        except (OSError, ValueError) as e:
+            raise StudioError(f"--inputs {path}: cannot read ({type(e).__name__}: {e})") from None
+        unknown = sorted(set(given) - set(graph.inputs))
+        if unknown:
+            raise StudioError(f"--inputs {path}: {unknown[:5]} are not inputs of the graph")
+        feeds.update(given)
+    return feeds
+
+
+def load_with_history(model: str, history: str | None, bind: list[str]):
+    """The graph after replaying ``history`` (or as imported), and the history's steps."""
+    from studio.cli import parse_bindings
+    from studio.session import load_graph
+    from transforms.history import check_model, load
+    from transforms.replay import replay
+    if history is None:
+        return load_graph(model, bindings=parse_bindings(bind)), ()
+    hist = load(history)
+    graph = load_graph(model, bindings={**hist.bindings, **parse_bindings(bind)}, training=hist.training)
+    check_model(hist, graph.meta["sha256"], Path(model).name, path=history)
+    replay(graph, hist, path=history)
+    return graph, hist.steps
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from importlib.metadata import PackageNotFoundError, version
+    graph, steps = load_with_history(args.model, args.history, args.bind)
+    try:
+        ver = version("dcstudio")
+    except PackageNotFoundError:
+        ver = "unknown"
+    feeds = _inputs(graph, args.inputs)
+    if args.backend == "cuda":
+        from codegen.cupy_cuda.export import export_package
+    else:
+        from codegen.export.package import export_package
+    res = export_package(graph, args.output, inputs=feeds, history=steps, version=ver, parallel=args.parallel,
+                         rtol=args.rtol)
+    out = Path(res.path).resolve()
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(res.statements.items()))
+    print(f"exported {args.model} ({len(steps)} history steps) to {out} [{args.backend}]: "
+          f"{res.kernels} generated kernels; statements: {kinds}")
+    print(f"check it: cd {out.parent} && python -m {res.package} --check")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("export", help="write the (optimized) training step as a standalone Python package")
+    p.add_argument("model", help="the ONNX model")
+    p.add_argument("history", nargs="?", default=None, help="a dcstudio-history JSON file to replay first")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="package directory to write (its name is the package name; replaced if it exists)")
+    p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--inputs", metavar="X.npz", help="inputs for the stored check (default: deterministic feeds)")
+    p.add_argument("--parallel", action="store_true", help="CPU: run large kernels' outer loops on all threads")
+    p.add_argument("--rtol", type=float, default=1e-4, help="tolerance of the package's --check (default 1e-4)")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=N", help="bind a symbolic dimension")
+    p.set_defaults(func=cmd_export)

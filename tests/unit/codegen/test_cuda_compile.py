@@ -1,0 +1,144 @@
+"""Every CUDA kernel the backend emits compiles with NVRTC for sm_80 and sm_90, in float32 and in
+the bfloat16 storage variant: for every fixture training graph and the bundled example, as imported
+(lowered) and after the representative history (expand + map_fusion), and the bundled recipe's
+history on the bundled example (GEMM epilogues, grouped GEMMs). No GPU is needed (FACTS.md);
+running the kernels is tested only where a device exists."""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.cupy_cuda.cuda_source import PRELUDE, kernel_source
+from codegen.cupy_cuda.nvrtc import ARCHS, available, compile_check
+from codegen.numba_cpu.program import build_program
+from ir import expr as E
+from ir.onnx_import import import_model
+from tests.peer.test_export_fixtures import CASES, fixture_graph, fuse_everything
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
+BUNDLED = EXAMPLES / "bert_layer_base_train.onnx"
+RECIPE = EXAMPLES / "bert_layer_base_train.history.json"
+
+
+@pytest.fixture(scope="module")
+def nvrtc_ready():
+    reason = available()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"NVRTC compile checks must run in CI: {reason}")
+        pytest.skip(reason)
+
+
+def _kernels(graph, storage):
+    prog = build_program(graph, make_kernel=lambda m, g: kernel_source(m, g, storage=storage))
+    owners = {st.kernel: st.node_id for st in prog.statements if st.kernel}
+    extern = [(node.id, why) for node, why in prog.extern.values()]
+    return {name: (ks, owners.get(name, "a grouped contraction")) for name, ks in prog.kernels.items()}, extern
+
+
+def _batch_check(kernels: dict, arch: str) -> list[str]:
+    """Compile all kernels as one translation unit; on failure find the culprits one by one."""
+    source = PRELUDE + "\n".join(ks.source[len(PRELUDE):] for ks, _ in kernels.values())
+    if compile_check(source, "batch", arch).ok:
+        return []
+    bad = []
+    for name, (ks, owner) in kernels.items():
+        res = compile_check(ks.source, name, arch)
+        if not res.ok:
+            bad.append(f"{name} (node {owner!r}, {arch}): {res.log[:800]}")
+    return bad or [f"the batch failed for {arch} but no kernel alone does"]
+
+
+@pytest.fixture(scope="module")
+def all_kernels(fixtures_dir):
+    """Distinct kernels of every graph, fused and not, float32 and bfloat16 storage."""
+    graphs = [fixture_graph(fixtures_dir, case, fused)[0] for case in CASES for fused in (False, True)]
+    from studio.export_cmd import load_with_history
+    bundled = import_model(BUNDLED)
+    fused_bundled = bundled.clone()
+    fuse_everything(fused_bundled)
+    recipe, _ = load_with_history(str(BUNDLED), str(RECIPE), [])     # epilogues, grouped GEMMs, layouts
+    graphs += [bundled, fused_bundled, recipe]
+    found: dict[str, dict] = {"float32": {}, "bfloat16": {}}
+    refused = []
+    for g in graphs:
+        for storage, key in ((None, "float32"), ("bfloat16", "bfloat16")):
+            kernels, extern = _kernels(g, storage)
+            found[key].update(kernels)
+            refused += extern
+    return found, refused
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles(nvrtc_ready, all_kernels):
+    """sm_80 and sm_90, float32 and bfloat16 storage; NVRTC runs in threads (it releases the GIL)."""
+    found, refused = all_kernels
+    assert not refused, f"maps without a CUDA kernel: {refused[:5]}"
+    assert min(len(v) for v in found.values()) > 100
+    jobs = [(variant, arch) for variant in ("float32", "bfloat16") for arch in ARCHS]
+    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(lambda job: _batch_check(found[job[0]], job[1]), jobs))
+    bad = [f"[{variant} {arch}] {msg}" for (variant, arch), msgs in zip(jobs, results) for msg in msgs]
+    assert not bad, "\n".join(bad[:5])
+
+
+def test_compile_errors_are_reported_with_the_log(nvrtc_ready):
+    res = compile_check('extern "C" __global__ void k() { int x = ; }', "broken", "sm_80")
+    assert not res.ok and "expected an expression" in res.log
+
+
+def _tiny_graph():
+    from onnx import helper, numpy_helper
+    from ir import lowering
+    from ir.onnx_import import import_proto
+    from tests.unit.ir.onnx_models import model, vi
+    b = numpy_helper.from_array(np.ones(16, np.float32), "b")
+    nodes = [helper.make_node("Add", ["x", "b"], ["h"], name="add"),
+             helper.make_node("Erf", ["h"], ["e"], name="erf"),
+             helper.make_node("ReduceSum", ["e", "axes"], ["s"], name="colsum", keepdims=0)]
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    g = import_proto(model(nodes, [vi("x", [8, 16])], [vi("s", [16])], [b, axes]))
+    lowering.expand_all(g)
+    return g
+
+
+def test_kernels_print_the_expression_trees_with_to_cuda():
+    g = _tiny_graph()
+    erf = g.nodes["erf/expanded"]
+    ks = kernel_source(erf, g)
+    tasklet = erf.body[0]
+    assert E.to_cuda(tasklet.expr, {c: "@" for c in tasklet.inputs}).split("@")[0] in ks.source
+    assert "erff(" in ks.source and ks.threads == 2 and ks.extents == (8, 16)
+    bf16 = kernel_source(erf, g, storage="bfloat16")
+    assert "__bfloat162float(" in bf16.source and "__float2bfloat16_rn(" in bf16.source
+    assert bf16.name != ks.name
+
+
+def test_shared_reductions_use_atomics_and_owned_ones_do_not():
+    g = _tiny_graph()
+    col = kernel_source(g.nodes["colsum/expanded"], g)
+    add = kernel_source(g.nodes["add/expanded"], g)
+    assert "atomicAdd" not in add.source
+    assert col.init["s"].kind in ("full", "empty", "zeros")
+
+
+def test_running_needs_a_device():
+    cupy = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
+    if not cupy.is_available():
+        pytest.skip("no CUDA device on this machine: the exported CUDA package is compile-checked only")
+    from codegen.cupy_cuda.export import export_package
+    from codegen.numpy_ref.executor import run
+    from codegen.numpy_ref.feeds import compare, feeds_for
+    from tests.peer.test_export_fixtures import load_package
+    import tempfile
+    g = _tiny_graph()
+    feeds = feeds_for(g)
+    with tempfile.TemporaryDirectory() as d:
+        res = export_package(g, Path(d) / "tiny_cuda", inputs=feeds)
+        out = load_package(res.path).Model().step(**feeds)
+        host = {k: cupy.asnumpy(v) for k, v in out.items()}
+        assert compare(run(g, feeds), host, 1e-5) == []

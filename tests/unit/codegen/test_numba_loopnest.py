@@ -1,0 +1,200 @@
+"""Maps become numba loop nests (``codegen/numba_cpu/loopnest.py``): same results as the reference
+executor, canonical shareable kernel text, hoisting, output initialisation, parallel safety, refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+
+from codegen.numba_cpu.loopnest import UnsupportedMap, kernel_source  # noqa: E402
+from codegen.numba_cpu.runner import CompiledGraph  # noqa: E402
+from codegen.numpy_ref.executor import run as reference  # noqa: E402
+from codegen.numpy_ref.feeds import compare, feeds_for  # noqa: E402
+from ir import expr as E  # noqa: E402
+from ir import lowering  # noqa: E402
+from ir.containers import Container, Role  # noqa: E402
+from ir.graph import Graph  # noqa: E402
+from ir.maps import finalize  # noqa: E402
+from ir.memlet import Memlet, Range  # noqa: E402
+from ir.nodes import MapNode, Tasklet  # noqa: E402
+from ir.onnx_import import import_proto  # noqa: E402
+from tests.unit.ir.onnx_models import model, vi  # noqa: E402
+
+
+def _same_as_reference(g: Graph, rtol: float = 2e-6, feeds=None) -> CompiledGraph:
+    feeds = feeds or feeds_for(g)
+    cg = CompiledGraph(g, threads=1)
+    assert not cg.extern_nodes(), cg.extern_nodes()
+    assert compare(reference(g, feeds), cg.run(feeds), rtol) == []
+    return cg
+
+
+def _ops_graph():
+    """Broadcasting arithmetic, activations with transcendentals, reductions and norms."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("b", (16,)), ("gamma", (16,)), ("beta", (16,)))]
+    nodes = [helper.make_node("Add", ["x", "b"], ["h"]),
+             helper.make_node("Gelu", ["h"], ["g"], domain="com.microsoft"),
+             helper.make_node("Tanh", ["g"], ["t"]),
+             helper.make_node("Softmax", ["t"], ["s"], axis=-1),
+             helper.make_node("LayerNormalization", ["s", "gamma", "beta"], ["ln"], axis=-1),
+             helper.make_node("ReduceSum", ["ln", "axes"], ["r"], keepdims=0),
+             helper.make_node("ReduceMax", ["x"], ["mx"], axes=[0, 2], keepdims=1),
+             helper.make_node("Exp", ["x"], ["e"]),
+             helper.make_node("Div", ["e", "mx"], ["d"]),
+             helper.make_node("Sqrt", ["e"], ["q"]),
+             helper.make_node("Pow", ["d", "two"], ["p"])]
+    inits += [numpy_helper.from_array(np.array([0, 1], np.int64), "axes"),
+              numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    m = model(nodes, [vi("x", [4, 8, 16])], [vi("r", [16]), vi("p", [4, 8, 16]), vi("q", [4, 8, 16])], inits)
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return import_proto(m)
+
+
+def test_elementwise_reductions_and_norms_match_reference():
+    cg = _same_as_reference(_ops_graph(), rtol=5e-6)
+    assert cg.kernel_count()["kernel"] == 11
+
+
+def test_integer_logic_cast_and_where_match_reference():
+    nodes = [helper.make_node("Equal", ["i", "j"], ["eq"]),
+             helper.make_node("Not", ["eq"], ["ne"]),
+             helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+             helper.make_node("Where", ["ne", "fi", "x"], ["w"]),
+             helper.make_node("Div", ["i", "j"], ["q"]),
+             helper.make_node("Mod", ["i", "j"], ["r"])]
+    g = import_proto(model(nodes, [vi("i", [3, 5], TensorProto.INT64), vi("j", [3, 5], TensorProto.INT64),
+                                   vi("x", [3, 5])],
+                           [vi("w", [3, 5]), vi("q", [3, 5], TensorProto.INT64), vi("r", [3, 5], TensorProto.INT64)]))
+    feeds = {"i": np.array([[-7, -6, 0, 5, 9]] * 3, np.int64), "j": np.array([[2, -4, 3, 3, -2]] * 3, np.int64),
+             "x": np.ones((3, 5), np.float32)}
+    _same_as_reference(g, 0.0, feeds)
+
+
+def _adamw_graph(n: int = 64):
+    nodes = [helper.make_node("AdamW", ["lr", "step", "p", "g", "m", "v"], ["p.new", "m.new", "v.new"],
+                              domain="ai.dcstudio", weight_decay=0.01, adam_mode=1, name="opt")]
+    shapes = {"lr": [], "step": [], "p": [n], "g": [n], "m": [n], "v": [n]}
+    ins = [vi(k, s, TensorProto.INT64 if k == "step" else TensorProto.FLOAT) for k, s in shapes.items()]
+    m = model(nodes, ins, [vi(k, [n]) for k in ("p.new", "m.new", "v.new")])
+    m.opset_import.append(helper.make_opsetid("ai.dcstudio", 1))
+    g = import_proto(m)
+    lowering.expand_all(g)
+    return g
+
+
+def test_adamw_hoists_the_bias_corrections_out_of_the_loop():
+    g = _adamw_graph()
+    ks = kernel_source(g.nodes["opt/expanded"], g)
+    body = ks.source.split("for p0")[0]
+    assert "h0 = " in body and "**" in body      # step-dependent powers computed once, before the loop
+    loop = ks.source.split("for p0")[1]
+    assert "**" not in loop
+    feeds = feeds_for(g)
+    feeds["step"] = np.array(3, np.int64)
+    feeds["v"] = np.abs(feeds["v"])
+    _same_as_reference(g, 1e-6, feeds)
+
+
+def test_kernel_text_is_canonical_and_names_nothing_from_the_model():
+    def chain(name: str, n: int):
+        g = import_proto(model([helper.make_node("Relu", [f"in_{name}"], [f"out_{name}"], name=name)],
+                               [vi(f"in_{name}", [n, 3])], [vi(f"out_{name}", [n, 3])]))
+        lowering.expand_all(g)
+        return kernel_source(g.nodes[f"{name}/expanded"], g)
+    a, b = chain("alpha", 5), chain("secret_token", 17)
+    assert a.name == b.name and a.source == b.source       # one compiled function serves both
+    assert a.extents == (5, 3) and b.extents == (17, 3)
+    assert "secret" not in b.source and "alpha" not in a.source
+
+
+def _map_graph(body_out: Memlet, body_in: dict[str, Memlet], expr, n: int = 8, dtype: str = "float32",
+               attach: bool = True) -> tuple[Graph, MapNode]:
+    g = Graph("g")
+    g.add_container(Container("x", (n,), dtype, Role.INPUT))
+    g.add_container(Container("y", (n,), dtype, Role.OUTPUT))
+    g.inputs, g.outputs = ["x"], ["y"]
+    m = MapNode("m", [("i", Range.of(0, n - 1))], [Tasklet("t", expr, body_in, body_out)])
+    finalize(m, g)
+    if attach:
+        g.add_node(m)
+    return g, m
+
+
+def test_map_reading_what_it_writes_elsewhere_is_refused():
+    """(Not a valid graph — it would be a cycle — but the printer must never reorder such a body.)"""
+    i = E.Var("i")
+    nxt = E.Bin("add", i, E.Const(1, "int64"))
+    g, m = _map_graph(Memlet("y", (i,)), {"a": Memlet("y", (nxt,)), "b": Memlet("x", (i,))},
+                      E.Bin("add", E.Var("a"), E.Var("b")), attach=False)
+    with pytest.raises(UnsupportedMap, match="reads 'y'"):
+        kernel_source(m, g)
+
+
+def test_map_the_backend_cannot_type_runs_in_the_reference_executor():
+    i = E.Var("i")
+    g, m = _map_graph(Memlet("y", (i,)), {"a": Memlet("x", (i,))}, E.Bin("mul", E.Var("a"), E.Var("a")),
+                      dtype="bfloat16")
+    cg = CompiledGraph(g, threads=1)
+    assert [n for n, _ in cg.extern_nodes()] == ["m"] and "bfloat16" in cg.extern_nodes()[0][1]
+    feeds = {"x": np.arange(8).astype(_bf16())}
+    np.testing.assert_array_equal(cg.run(feeds)["y"], reference(g, feeds)["y"])
+
+
+def _bf16():
+    from ir.dtypes import to_numpy
+    return to_numpy("bfloat16")
+
+
+def test_output_initialisation_follows_the_writes():
+    g = _ops_graph()
+    lowering.expand_all(g)
+    inits = {c: ks.init[c].kind for n in g.nodes.values() if isinstance(n, MapNode)
+             for ks in [kernel_source(n, g)] for c in ks.outputs}
+    assert inits["h"] == "empty"          # one plain write covers every element
+    assert inits["mx"] == "full"          # ReduceMax accumulates into the output (wcr=max)
+
+
+def test_parallel_only_when_the_outer_loop_owns_its_writes():
+    g = import_proto(model([helper.make_node("Relu", ["x"], ["y"], name="relu"),
+                            helper.make_node("ReduceSum", ["x", "axes"], ["s"], name="colsum", keepdims=0),
+                            helper.make_node("Transpose", ["x"], ["xt"], name="tr", perm=[1, 0])],
+                           [vi("x", [512, 256])], [vi("y", [512, 256]), vi("s", [256]), vi("xt", [256, 512])],
+                           [numpy_helper.from_array(np.array([0], np.int64), "axes")]))
+    lowering.expand_all(g)
+    relu = kernel_source(g.nodes["relu/expanded"], g, parallel=True)
+    assert relu.parallel and "prange" in relu.source and "parallel=True" in relu.source
+    assert not kernel_source(g.nodes["relu/expanded"], g, parallel=False).parallel
+    cg = CompiledGraph(g, threads=2, parallel=True)
+    feeds = feeds_for(g)
+    assert compare(reference(g, feeds), cg.run(feeds), 1e-5) == []
+
+
+
+
+def test_schedules_follow_memory_order():
+    """A transpose runs in tiles; a reduction over rows of a map over columns runs rows-outside with
+    one accumulator per column (contiguous innermost loop); both stay exact."""
+    from codegen.numba_cpu import schedules
+    m = model([helper.make_node("Transpose", ["x"], ["xt"], name="tr", perm=[1, 0]),
+               helper.make_node("Gelu", ["x"], ["gx"], name="gelu", domain="com.microsoft"),
+               helper.make_node("ReduceSum", ["gx", "axes"], ["s"], name="colsum", keepdims=0)],
+              [vi("x", [300, 70])], [vi("xt", [70, 300]), vi("s", [70])],
+              [numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    g = import_proto(m)
+    lowering.expand_all(g)
+    from transforms.registry import create
+    rf = create("reduction_fusion")
+    fused = [m for m in rf.matches(g) if rf.check(g, m).ok]
+    if fused:
+        rf.rewrite(g, fused[0], 1)
+    kinds = {n.id: schedules.choose(n) for n in g.nodes.values() if isinstance(n, MapNode)}
+    assert kinds["tr/expanded"] == "tiled"
+    assert "columns" in kinds.values() or kinds.get("colsum/expanded") == "columns"
+    text = kernel_source(g.nodes["tr/expanded"], g).source
+    assert "ba = ia * " in text
+    _same_as_reference(g, 1e-5)

@@ -1,0 +1,148 @@
+"""The profiler (``codegen/timing``): statistics, roofline figures, calibration cache, Chrome trace,
+paired A/B, and robustness — a kernel that raises, one that hangs and one that crashes are reported
+(the worker is killed at the timeout) while every other kernel is still measured."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+
+from codegen.numpy_ref.registry import NUMPY_KERNELS, kernel  # noqa: E402
+from codegen.timing import calibrate  # noqa: E402
+from codegen.timing.calibrate import Peaks  # noqa: E402
+from codegen.timing.profiler import ab_ratio, profile_graph  # noqa: E402
+from codegen.timing.stats import KernelTiming, Samples  # noqa: E402
+from codegen.timing.trace import chrome_trace  # noqa: E402
+from ir import lowering  # noqa: E402
+from ir.containers import Container, Role  # noqa: E402
+from ir.graph import Graph  # noqa: E402
+from ir.memlet import Memlet  # noqa: E402
+from ir.nodes import OpNode  # noqa: E402
+from ir.onnx_import import import_proto  # noqa: E402
+from tests.unit.ir.onnx_models import mlp  # noqa: E402
+
+FAULTS = "test.dcstudio.faults"
+PLUGIN = __name__       # the worker imports this module, which registers the faulty kernels below
+
+
+def _register_faults() -> None:
+    if (FAULTS, "Raise") in NUMPY_KERNELS:
+        return
+
+    @kernel("Raise", domain=FAULTS)
+    def _raise(inputs, attrs, ctx):
+        raise RuntimeError("this kernel always fails")
+
+    @kernel("Hang", domain=FAULTS)
+    def _hang(inputs, attrs, ctx):
+        while True:
+            time.sleep(0.05)
+
+    @kernel("Crash", domain=FAULTS)
+    def _crash(inputs, attrs, ctx):
+        os.abort()
+
+
+_register_faults()
+
+
+def _faulty_graph() -> Graph:
+    """x -> Relu (map) -> r; x -> Raise -> a; x -> Hang -> h; x -> Crash -> c; r -> Neg (map) -> n."""
+    g = Graph("faults")
+    for name, role in (("x", Role.INPUT), ("r", Role.TRANSIENT), ("a", Role.OUTPUT), ("h", Role.OUTPUT),
+                       ("c", Role.OUTPUT), ("n", Role.OUTPUT)):
+        g.add_container(Container(name, (64, 64), "float32", role))
+    g.inputs, g.outputs = ["x"], ["a", "h", "c", "n"]
+    g.add_node(OpNode("relu", "Relu", [Memlet("x")], [Memlet("r")]))
+    for op, out in (("Raise", "a"), ("Hang", "h"), ("Crash", "c")):
+        g.add_node(OpNode(op.lower(), op, [Memlet("x")], [Memlet(out)], domain=FAULTS))
+    g.add_node(OpNode("neg", "Neg", [Memlet("r")], [Memlet("n")]))
+    for node_id in ("relu", "neg"):
+        lowering.expand_node(g, node_id)
+    return g
+
+
+def test_samples_statistics():
+    s = Samples.of([1_000_000, 3_000_000, 2_000_000, 2_000_000])
+    assert (s.median_s, s.min_s, s.max_s, s.n) == (0.002, 0.001, 0.003, 4)
+    assert s.cv == pytest.approx(np.std([1, 3, 2, 2]) / 2)
+    assert Samples.of([]).n == 0
+
+
+def test_roofline_figures():
+    k = KernelTiming("k", "Add", "kernel", Samples.of([2_000_000]), bytes=40_000_000, flops=10_000_000,
+                     peak_bw=25e9, peak_flops=100e9)
+    assert k.gbps == pytest.approx(20.0) and k.pct_peak_bw == pytest.approx(80.0)
+    assert k.gflops == pytest.approx(5.0)
+    assert k.roofline_s == pytest.approx(40e6 / 25e9)          # bandwidth-bound: 1.6 ms
+    assert k.efficiency == pytest.approx(1.6e-3 / 2e-3)
+    assert not KernelTiming("f", "X", "reference", None, error="timeout").ok
+
+
+def test_profiling_survives_raise_hang_and_crash():
+    g = _faulty_graph()
+    x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    prof = profile_graph(g, {"x": x}, reps=3, warmup=1, timeout=3.0, threads=1, plugins=[PLUGIN])
+    by = prof.by_id()
+    assert "RuntimeError: this kernel always fails" in by["raise"].error
+    assert by["hang"].error.startswith("timeout after 3 s")
+    assert by["crash"].error.startswith("crashed")
+    for ok in ("relu/expanded", "neg/expanded"):
+        assert by[ok].ok and by[ok].samples.n == 3 and by[ok].bytes == 2 * 64 * 64 * 4
+    assert prof.workers == 3                     # the hang and the crash each cost one worker
+    assert len(prof.failures) == 3 and prof.step.n == 3
+
+
+@pytest.fixture(scope="module")
+def small():
+    g = import_proto(mlp(batch=64))
+    x = np.random.default_rng(1).standard_normal((64, 4)).astype(np.float32)
+    return g, {"x": x}
+
+
+def test_profile_reports_every_kernel_with_figures_and_a_trace(small, tmp_path):
+    g, feeds = small
+    pk = Peaks(20e9, 50e9, 1, "test", 0.0)
+    prof = profile_graph(g, feeds, reps=4, warmup=1, threads=1, peaks=pk)
+    ids = [k.node_id for k in prof.kernels]
+    assert ids == ["fc1", "act/expanded", "fc2"]
+    assert all(k.ok and k.samples.n == 4 and k.bytes > 0 and k.peak_bw == 20e9 for k in prof.kernels)
+    assert prof.threads["numba_threads"] == 1 and prof.threads["blas_threads"] in (1, None)
+    trace = chrome_trace(prof)
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert [e["name"] for e in events] == ids and all(e["dur"] > 0 for e in events)
+    assert events == sorted(events, key=lambda e: e["ts"])
+    json.dumps(trace)
+    only = profile_graph(g, feeds, kernels=["fc2"], reps=2, warmup=0, threads=1)
+    assert [k.node_id for k in only.kernels] == ["fc2"]
+
+
+def test_paired_ab_ratio(small):
+    g, feeds = small
+    fused = g.clone()
+    lowering.expand_all(fused)
+    ab = ab_ratio(g, fused, feeds, reps=5, warmup=1, threads=1)
+    assert ab.a.n == ab.b.n == 5 and ab.ratio > 0 and ab.pair_spread >= 0
+
+
+def test_calibration_is_cached_by_fingerprint(tmp_path, monkeypatch):
+    monkeypatch.setenv("DCSTUDIO_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(calibrate, "measure", lambda t: calls.append(t) or Peaks(1e10, 1e11, t, calibrate.fingerprint(t), 0))
+    first = calibrate.peaks(1)
+    again = calibrate.peaks(1)
+    assert calls == [1] and first == again
+    assert calibrate.peaks(1, force=True) and calls == [1, 1]
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    assert list(stored) == [calibrate.fingerprint(1)] != [calibrate.fingerprint(2)]
+
+
+@pytest.mark.slow
+def test_measured_peaks_are_plausible():
+    p = calibrate.measure(1)
+    assert 0.5e9 < p.bandwidth < 500e9 and 1e9 < p.flops < 10e12
