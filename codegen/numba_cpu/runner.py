@@ -29,8 +29,8 @@ from codegen.numba_cpu import threads as thread_control
 from codegen.numba_cpu.module import module_text
 from codegen.numba_cpu.program import Program, build_program
 from codegen.numpy_ref.maps import run_map
-from codegen.numpy_ref.registry import OpContext, lookup
-from ir import dtypes
+from codegen.numpy_ref.executor import op_context
+from codegen.numpy_ref.registry import lookup
 from ir.errors import KernelError
 from ir.graph import Graph
 from ir.nodes import MapNode, OpNode
@@ -55,17 +55,7 @@ def _run_op(graph: Graph, node: OpNode, env: Mapping[str, np.ndarray]) -> list[n
     fn = lookup(node.domain, node.op_type)
     if fn is None:
         raise KernelError(f"no kernel for {node.qualified_type}", node, graph)
-    shapes, dts = [], []
-    for m in node.outputs:
-        c = graph.containers.get(m.container) if m is not None else None
-        try:
-            shapes.append(c.concrete_shape(graph.bindings) if c else None)
-        except KeyError:
-            shapes.append(None)
-        dts.append(dtypes.to_numpy(c.dtype) if c else None)
-    ctx = OpContext(opset=node.opset, n_outputs=len(node.outputs), output_shapes=tuple(shapes),
-                    output_dtypes=tuple(dts), label=node.id,
-                    extra={"impl": node.impl} if node.impl != "default" else {})
+    ctx = op_context(graph, node)
     ins = [env[m.container] if m is not None else None for m in node.inputs]
     res = fn(ins, node.attrs, ctx)
     return [np.asarray(v) for m, v in zip(node.outputs, res) if m is not None]

@@ -88,11 +88,8 @@ def _run_node(graph: Graph, node, env) -> dict[str, np.ndarray]:
         raise err from e
 
 
-def _run_op(graph: Graph, node: OpNode, env) -> dict[str, np.ndarray]:
-    fn = lookup(node.domain, node.op_type)
-    if fn is None:
-        raise UnsupportedOpError(node.op_type, node, graph, domain=node.domain)
-    ins = [env[m.container] if m is not None else None for m in node.inputs]
+def op_context(graph: Graph, node: OpNode) -> OpContext:
+    """What a kernel may know of ``node``: opset, output shapes/dtypes from the IR, its ``impl``."""
     shapes, dts = [], []
     for m in node.outputs:
         c = graph.containers.get(m.container) if m is not None else None
@@ -101,12 +98,20 @@ def _run_op(graph: Graph, node: OpNode, env) -> dict[str, np.ndarray]:
         except KeyError:
             shapes.append(None)
         dts.append(dtypes.to_numpy(c.dtype) if c else None)
-    ctx = OpContext(opset=node.opset, n_outputs=len(node.outputs), output_shapes=tuple(shapes),
-                    output_dtypes=tuple(dts), label=node.id,
-                    extra={"impl": node.impl} if node.impl != "default" else {})
+    return OpContext(opset=node.opset, n_outputs=len(node.outputs), output_shapes=tuple(shapes),
+                     output_dtypes=tuple(dts), label=node.id,
+                     extra={"impl": node.impl} if node.impl != "default" else {})
+
+
+def _run_op(graph: Graph, node: OpNode, env) -> dict[str, np.ndarray]:
+    fn = lookup(node.domain, node.op_type)
+    if fn is None:
+        raise UnsupportedOpError(node.op_type, node, graph, domain=node.domain)
+    ins = [env[m.container] if m is not None else None for m in node.inputs]
+    ctx = op_context(graph, node)
     res = fn(ins, node.attrs, ctx)
     out = {}
-    for m, val, dt in zip(node.outputs, res, dts):
+    for m, val, dt in zip(node.outputs, res, ctx.output_dtypes):
         if m is not None:
             arr = np.asarray(val)
             if dt is not None and arr.dtype != dt and arr.dtype.kind in "fV" and dt.kind in "fV":

@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from ir import expr as E
-from ir.lowering.builder import KernelBuilder, NotExpandable, Pointwise, add, mul, sub, un
+from ir.lowering.builder import KernelBuilder, NotExpandable, Pointwise, add, mul, un
 from ir.lowering.registry import expansion
-from ir.lowering.rows import Rows, stat_dtype
+from ir.lowering.rows import Rows, max_and_exp_sum, stat_dtype
 from ir.nodes import MapNode
 
 AXES_INPUT_SINCE = {"ReduceSum": 13}
@@ -105,15 +105,7 @@ def reduce(k: KernelBuilder, impl: str) -> MapNode:
 
 
 def _log_sum_exp(k: KernelBuilder, rows: Rows, out: str, dt: str) -> None:
-    mx, s = rows.local("max", dt), rows.local("sum", dt)
-    sw = rows.sweep("max")
-    r = sw.reads()
-    sw.reduce("max", r.load("x", 0), r, mx, "max")
-    sw.close()
-    sw = rows.sweep("sum")
-    r = sw.reads()
-    sw.reduce("sum", un("exp", sub(r.load("x", 0), r.local("max", mx))), r, s, "sum")
-    sw.close()
+    mx, s = max_and_exp_sum(rows, dt)
     rr = rows.reads()
     rows.store(out, add(un("log", rr.local("sum", s)), rr.local("max", mx)), rr, "out")
 

@@ -128,3 +128,19 @@ def stat_dtype(dtype: str) -> str:
 
 
 __all__ = ["Rows", "Sweep", "stat_dtype"]
+
+
+def max_and_exp_sum(rows: Rows, dt: str) -> tuple[str, str]:
+    """Two sweeps over each row of input ``x``: its max, then Σ exp(x − max) (softmax, logsumexp).
+    Returns the two locals' names."""
+    mx, s = rows.local("max", dt), rows.local("sum", dt)
+    sw = rows.sweep("max")
+    r = sw.reads()
+    sw.reduce("max", r.load("x", 0), r, mx, "max")
+    sw.close()
+    sw = rows.sweep("sum")
+    r = sw.reads()
+    sw.reduce("sum", E.Un("exp", E.Bin("sub", r.load("x", 0), r.local("max", mx))), r, s, "sum")
+    sw.close()
+    return mx, s
+

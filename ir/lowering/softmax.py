@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ir.lowering.builder import KernelBuilder, NotExpandable, add, div, mul, sub, un
 from ir.lowering.registry import expansion
-from ir.lowering.rows import Rows, stat_dtype
+from ir.lowering.rows import Rows, max_and_exp_sum, stat_dtype
 from ir.nodes import MapNode
 
 MS = "com.microsoft"
@@ -48,16 +48,7 @@ def softmax_axes(k: KernelBuilder, rank: int) -> list[int]:
 
 
 def _stats_two_pass(k: KernelBuilder, rows: Rows, dt: str) -> tuple[str, str]:
-    mx, s = rows.local("max", dt), rows.local("sum", dt)
-    sw = rows.sweep("max")
-    r = sw.reads()
-    sw.reduce("max", r.load("x", 0), r, mx, "max")
-    sw.close()
-    sw = rows.sweep("sum")
-    r = sw.reads()
-    sw.reduce("sum", un("exp", sub(r.load("x", 0), r.local("max", mx))), r, s, "sum")
-    sw.close()
-    return mx, s
+    return max_and_exp_sum(rows, dt)
 
 
 def _stats_online(k: KernelBuilder, rows: Rows, dt: str) -> tuple[str, str]:
