@@ -32,6 +32,11 @@ from transforms.replay import apply_step
 Observer = Callable[[str, Any], None]
 
 
+def _default_threads() -> int:
+    from codegen.numba_cpu.threads import default_threads
+    return default_threads()
+
+
 @dataclass(frozen=True)
 class State:
     """The graph and figures after a number of steps."""
@@ -155,26 +160,33 @@ class Session:
         return [s.ledger.total.bytes for s in self._states[: self._cursor + 1]]
 
     # --- matches ----------------------------------------------------------------------
-    def candidates(self, within: Iterable[str] | None = None, names: Iterable[str] | None = None):
-        """(transformation instance, match) pairs in scope."""
+    def candidates(self, within: Iterable[str] | None = None, names: Iterable[str] | None = None,
+                   graph: Graph | None = None):
+        """(transformation instance, match) pairs in scope (of ``graph``, default the current one)."""
+        graph = self.graph if graph is None else graph
         wanted = set(names) if names is not None else set(TRANSFORMATIONS)
         ids = None if within is None else list(within)
         for name in sorted(wanted):
             for t in TRANSFORMATIONS[name].instances():
-                for m in t.matches(self.graph, ids):
+                for m in t.matches(graph, ids):
                     yield t, m
 
     def matches(self, selection: Iterable[str] | None = None, viewport: Iterable[str] | None = None,
-                whole: bool = True, predict: bool = True) -> dict[str, list[engine.Ranked]]:
-        """Ranked matches grouped as 'Selection', 'Viewport' and 'Whole graph' (each once)."""
+                whole: bool = True, predict: bool = True, graph: Graph | None = None) -> dict[str, list[engine.Ranked]]:
+        """Ranked matches grouped as 'Selection', 'Viewport' and 'Whole graph' (each once).
+
+        ``graph`` defaults to the current graph. A state's graph is never changed after its
+        step (apply works on a clone), so a worker thread may rank ``session.graph`` as it
+        was when the work started without copying it."""
+        graph = self.graph if graph is None else graph
         groups: dict[str, list[engine.Ranked]] = {}
         seen: set[tuple] = set()
         for label, ids in (("Selection", selection), ("Viewport", viewport), ("Whole graph", None)):
             if ids is None and label != "Whole graph" or label == "Whole graph" and not whole:
                 continue
-            fresh = [(t, m) for t, m in self.candidates(ids) if (t.name, repr(t), m.anchors) not in seen]
+            fresh = [(t, m) for t, m in self.candidates(ids, graph=graph) if (t.name, repr(t), m.anchors) not in seen]
             seen.update((t.name, repr(t), m.anchors) for t, m in fresh)
-            groups[label] = engine.ranked(self.graph, fresh, predict=predict)
+            groups[label] = engine.ranked(graph, fresh, predict=predict)
         return groups
 
     # --- editing ----------------------------------------------------------------------
@@ -222,6 +234,61 @@ class Session:
         self._cursor = k
         self._autosave()
         self._emit("reverted", k)
+
+    def graph_at(self, k: int) -> Graph:
+        """The graph after ``k`` recorded steps (0 = as opened); k may exceed ``cursor`` up to
+        the redo tail. For comparing the current graph with the original or any step."""
+        if not 0 <= k < len(self._states):
+            raise StudioError(f"there is no step {k}: the session has steps 0..{len(self._states) - 1}")
+        return self._states[k].graph
+
+    # --- measuring and exporting ------------------------------------------------------
+    def profile(self, kernels: Iterable[str] | None = None, *, reps: int = 10, warmup: int = 2,
+                timeout: float = 60.0, threads: int | None = None, feeds: Mapping[str, Any] | None = None,
+                on_progress: Callable[[int, int], None] | None = None, cancel: Callable[[], bool] | None = None):
+        """Measured kernel times of the current graph's step on the CPU backend, out of process
+        (``codegen.timing.profiler.profile_graph``); ``kernels`` limits what is reported.
+        ``cancel()`` returning true stops it (``ProfileCancelled``)."""
+        from codegen.numpy_ref.feeds import feeds_for
+        from codegen.timing.calibrate import peaks
+        from codegen.timing.profiler import profile_graph
+        graph = self.graph
+        feeds = dict(feeds) if feeds is not None else feeds_for(graph)
+        wanted = list(kernels) if kernels is not None else None
+        return profile_graph(graph, feeds, kernels=wanted, reps=reps, warmup=warmup, timeout=timeout,
+                             threads=threads, peaks=peaks(threads or _default_threads()),
+                             on_progress=on_progress, cancel=cancel)
+
+    def ab(self, before: int, after: int | None = None, *, reps: int = 10, warmup: int = 2,
+           threads: int | None = None, cancel: Callable[[], bool] | None = None):
+        """Paired A/B of whole steps: the graph after ``before`` steps against the one after
+        ``after`` (default: the current graph). ratio > 1 means ``after`` is faster."""
+        from codegen.numpy_ref.feeds import feeds_for
+        from codegen.timing.profiler import ab_ratio
+        a = self.graph_at(before)
+        b = self.graph if after is None else self.graph_at(after)
+        return ab_ratio(a, b, feeds_for(a), reps=reps, warmup=warmup, threads=threads, cancel=cancel)
+
+    def export(self, out_dir: str | os.PathLike, backend: str = "cpu", *,
+               inputs: Mapping[str, Any] | None = None, parallel: bool = False):
+        """Write the current graph as a standalone package (``dcstudio export``); returns the
+        ``ExportResult``. Check it with ``python -m <package> --check`` in its parent folder."""
+        from importlib.metadata import PackageNotFoundError, version
+        from codegen.numpy_ref.feeds import feeds_for
+        if backend == "cuda":
+            from codegen.cupy_cuda.export import export_package
+        elif backend == "cpu":
+            from codegen.export.package import export_package
+        else:
+            raise StudioError(f"unknown backend {backend!r}: choose cpu or cuda")
+        try:
+            ver = version("dcstudio")
+        except PackageNotFoundError:
+            ver = "unknown"
+        feeds = feeds_for(self.graph)
+        feeds.update(inputs or {})
+        return export_package(self.graph, out_dir, inputs=feeds, history=self._steps[: self._cursor],
+                              version=ver, parallel=parallel)
 
     # --- history files ----------------------------------------------------------------
     def save_history(self, path: str | os.PathLike) -> None:

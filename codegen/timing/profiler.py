@@ -10,6 +10,9 @@ inside the worker and reported with its exception. The result is a ``Profile``: 
 ``KernelTiming`` per kernel (median, min, max, CV; GB/s, % of the calibrated triad,
 GFLOP/s, roofline bound and efficiency), the step's own timing and the thread counts.
 
+Long runs report ``on_progress(done, total)`` (statement-steps measured so far) and stop
+when ``cancel()`` returns true: the worker is killed and ``ProfileCancelled`` raised.
+
 ``ab_ratio(a, b, feeds)`` times two graphs' whole steps alternately in one worker (paired
 A/B, so drift hits both) and returns median(a) / median(b) and its per-pair spread.
 """
@@ -24,7 +27,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -36,6 +39,12 @@ from ir.serialize import dumps
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 900.0   # import, lowering and compiling a big graph's kernels
+Progress = Callable[[int, int], None]
+Cancel = Callable[[], bool]
+
+
+class ProfileCancelled(Exception):
+    """The caller cancelled profiling; the worker was killed."""
 
 
 @dataclass
@@ -66,21 +75,31 @@ def write_graph(graph: Graph, feeds: Mapping[str, np.ndarray], stem: Path) -> No
     np.savez(stem.with_suffix(".npz"), **arrays)
 
 
-def _run_worker(job: dict, work: Path, threads: int, timeout: float) -> tuple[dict | None, str | None, int]:
+def _run_worker(job: dict, work: Path, threads: int, timeout: float, on_progress: Progress | None = None,
+                cancel: Cancel | None = None) -> tuple[dict | None, str | None, int]:
     """Run one worker; (result, failure kind, statement index running at the failure)."""
+    from codegen.timing.worker import PROGRESS_SLOTS
     path = work / "job.json"
     path.write_text(json.dumps(job), encoding="utf-8")
-    progress = np.memmap(job["progress"], dtype=np.int64, mode="w+", shape=(2,))
-    progress[:] = (-1, 0)
+    progress = np.memmap(job["progress"], dtype=np.int64, mode="w+", shape=(PROGRESS_SLOTS,))
+    progress[:] = (-1, 0, 0, 0)
+    steps = 1 + int(job.get("warmup", 0)) + int(job.get("reps", 0))
     env = dict(os.environ, **thread_control.environment(threads))
     proc = subprocess.Popen([sys.executable, "-m", "codegen.timing.worker", str(path)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     last, since = (int(progress[0]), int(progress[1])), time.monotonic()
     while proc.poll() is None:
         time.sleep(0.05)
+        if cancel is not None and cancel():
+            proc.kill()
+            proc.communicate()
+            raise ProfileCancelled("profiling cancelled")
         now = (int(progress[0]), int(progress[1]))
         if now != last:
             last, since = now, time.monotonic()
+            n = int(progress[2])
+            if on_progress is not None and n > 0 and now[0] >= 0:
+                on_progress(int(progress[3]) * n + now[0], steps * n)
         limit = STARTUP_TIMEOUT if now[0] < 0 else timeout
         if time.monotonic() - since > limit:
             proc.kill()
@@ -96,7 +115,8 @@ def _run_worker(job: dict, work: Path, threads: int, timeout: float) -> tuple[di
 
 def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray], *, kernels: Iterable[str] | None = None,
                   reps: int = 10, warmup: int = 2, timeout: float = 60.0, threads: int | None = None,
-                  peaks: Peaks | None = None, plugins: Iterable[str] = ()) -> Profile:
+                  peaks: Peaks | None = None, plugins: Iterable[str] = (), on_progress: Progress | None = None,
+                  cancel: Cancel | None = None) -> Profile:
     """Time every kernel of ``graph`` out of process (see the module docstring)."""
     threads = threads or thread_control.default_threads()
     with tempfile.TemporaryDirectory(prefix="dcstudio-profile-") as tmp:
@@ -106,7 +126,7 @@ def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray], *, kernels: Ite
                "threads": threads, "plugins": list(plugins), "skip": []}
         failed: dict[int, str] = {}
         for attempt in range(1, len(graph.nodes) + 2):
-            result, failure, at = _run_worker(job, work, threads, timeout)
+            result, failure, at = _run_worker(job, work, threads, timeout, on_progress, cancel)
             if result is not None:
                 return _assemble(result, failed, peaks, kernels, attempt)
             if at < 0 or at in failed:
@@ -142,7 +162,7 @@ class ABResult:
 
 
 def ab_ratio(a: Graph, b: Graph, feeds: Mapping[str, np.ndarray], *, reps: int = 10, warmup: int = 2,
-             threads: int | None = None, timeout: float = 600.0) -> ABResult:
+             threads: int | None = None, timeout: float = 600.0, cancel: Cancel | None = None) -> ABResult:
     """Paired A/B: whole steps of ``a`` and ``b`` alternately in one worker."""
     threads = threads or thread_control.default_threads()
     with tempfile.TemporaryDirectory(prefix="dcstudio-ab-") as tmp:
@@ -151,7 +171,7 @@ def ab_ratio(a: Graph, b: Graph, feeds: Mapping[str, np.ndarray], *, reps: int =
         write_graph(b, {k: v for k, v in feeds.items() if k in b.inputs}, work / "b")
         job = {"ab": [str(work / "a"), str(work / "b")], "progress": str(work / "progress"), "reps": reps,
                "warmup": warmup, "threads": threads}
-        result, failure, _ = _run_worker(job, work, threads, timeout)
+        result, failure, _ = _run_worker(job, work, threads, timeout, cancel=cancel)
     if result is None:
         raise RuntimeError(f"A/B worker failed: {failure}")
     pairs = [x / y for x, y in zip(result["a_ns"], result["b_ns"]) if y]

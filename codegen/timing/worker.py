@@ -6,7 +6,8 @@ for the CPU backend with the instrumented step (``instrument``), runs one untime
 per statement the durations, the last start time, an error if it raised; and the total
 per step. ``job["ab"]`` instead alternates full steps of two graphs (paired A/B).
 Progress goes to the shared ``progress`` file (``P[0]`` = statement running, ``P[1]`` a
-heartbeat), which the parent watches to kill a worker stuck in one kernel.
+heartbeat, ``P[2]`` = statements per step, ``P[3]`` = step running), which the parent
+watches to kill a worker stuck in one kernel and to report progress.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+PROGRESS_SLOTS = 4
 
 
 def _load(stem: Path):
@@ -36,17 +39,19 @@ def _profile(job: dict) -> dict:
     from ir.movement import kernel_estimate
     graph, feeds = _load(Path(job["graph"]))
     cg = CompiledGraph(graph, threads=job["threads"], extra=timed_step)
-    progress = np.memmap(job["progress"], dtype=np.int64, mode="r+", shape=(2,))
+    progress = np.memmap(job["progress"], dtype=np.int64, mode="r+", shape=(PROGRESS_SLOTS,))
     model, mod = cg.model, cg.module
     args = model._args(feeds)
     pool = model._pool("step", mod._SLOTS)
     outs = model._pool("step-out", mod._OUT_SLOTS)     # outputs in reused buffers too: no page faults
     n = len(cg.program.statements)
+    progress[2] = n
     skip = set(job.get("skip", ()))
     steps, times, starts, errors = [], [[] for _ in range(n)], [0] * n, {}
     for rep in range(1 + job["warmup"] + job["reps"]):     # one compiling step, warm-up, timed reps
         if rep == 1 + job["warmup"]:
             times = [[] for _ in range(n)]
+        progress[3] = rep
         t0 = time.perf_counter_ns()
         mod._step_timed(model.weights, pool, outs, times, starts, progress, skip, errors, *args)
         if rep > job["warmup"]:

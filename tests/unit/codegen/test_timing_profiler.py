@@ -15,7 +15,7 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 from codegen.numpy_ref.registry import NUMPY_KERNELS, kernel  # noqa: E402
 from codegen.timing import calibrate  # noqa: E402
 from codegen.timing.calibrate import Peaks  # noqa: E402
-from codegen.timing.profiler import ab_ratio, profile_graph  # noqa: E402
+from codegen.timing.profiler import ProfileCancelled, ab_ratio, profile_graph  # noqa: E402
 from codegen.timing.stats import KernelTiming, Samples  # noqa: E402
 from codegen.timing.trace import chrome_trace  # noqa: E402
 from ir import lowering  # noqa: E402
@@ -146,3 +146,23 @@ def test_calibration_is_cached_by_fingerprint(tmp_path, monkeypatch):
 def test_measured_peaks_are_plausible():
     p = calibrate.measure(1)
     assert 0.5e9 < p.bandwidth < 500e9 and 1e9 < p.flops < 10e12
+
+
+def test_progress_is_reported_and_cancel_kills_the_worker():
+    g = _faulty_graph()
+    x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    seen: list[tuple[int, int]] = []
+    t0 = time.monotonic()
+    with pytest.raises(ProfileCancelled):
+        # the Hang kernel would run for the 60 s timeout; cancel as soon as progress arrives
+        profile_graph(g, {"x": x}, reps=3, warmup=1, timeout=60.0, threads=1, plugins=[PLUGIN],
+                      on_progress=lambda done, total: seen.append((done, total)), cancel=lambda: bool(seen))
+    assert time.monotonic() - t0 < 30
+    assert seen and all(0 <= d <= t and t == 5 * 5 for d, t in seen)   # 5 statements x (1 + 1 + 3) steps
+
+
+def test_progress_reaches_the_last_step(small):
+    g, feeds = small
+    seen: list[tuple[int, int]] = []
+    profile_graph(g, feeds, reps=3, warmup=1, threads=1, on_progress=lambda d, t: seen.append((d, t)))
+    assert seen and seen[-1][1] == 3 * 5 and max(d for d, _ in seen) >= 4 * 3   # reached the last timed step
