@@ -8,7 +8,8 @@ Substation-style recipe of the bundled example (*Data Movement Is All You
 Need*): simplify views and constants, lower the ops into maps, fuse elementwise
 chains, fuse them into softmax and layernorm (forward and backward), fuse the
 Q/K/V projections and GEMM epilogues, then fuse the optimizer update into the
-kernels that produce the gradients.
+kernels that produce the gradients, and finally store GEMM/Einsum outputs in the layout
+their readers walk (same bytes, unit-stride reads).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ SUBSTATION: tuple[Pass, ...] = (
     Pass("transpose_elimination"),     # remaining transposes into GEMM flags / memlets
     Pass("map_fusion"),
     Pass("reduction_fusion"),
+    Pass("layout_select", {"contraction_only": True}),   # GEMM/Einsum outputs in the layout their readers walk
 )
 
 RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION,

@@ -17,6 +17,14 @@ matches only offer layouts that pay off (Substation: the layout is chosen per te
 - anchors ``(producer[, reader])``: the layout in which every map access of ``C`` is
   unit-stride (the innermost parameter indexes the last dimension); bytes equal.
 
+``contraction_only=True`` offers only tensors a contraction produces: a GEMM or Einsum
+writes any layout at the same cost (it swaps operands or flags), so only the readers
+change — on BERT-base the fused AdamW of the FFN weights read its gradient transposed
+and ran 4x faster once the weight-gradient Einsum wrote it in the weight's layout
+(12 → 3 ms). A map producer's own writes are not weighed by the unit-stride rule, and a
+map the code generator runs column-blocked (a bias-gradient sum) got 10x slower when
+relaid out, so the Substation recipe uses this restricted form.
+
 Before → after (K is written head-major but read with the sequence axis innermost)::
 
     %add = map[i0=0:8, i1=0:128, i2=0:768] { kt[i0, (i2 // 64), (i2 % 64), i1] = … }   kt: [8, 12, 64, 128]
@@ -120,9 +128,12 @@ class LayoutSelect(Transformation):
     level: ClassVar[int] = 3
     perm: tuple[int, ...] = ()
     einsum: bool = True
+    contraction_only: bool = False
 
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
         for node in scope(graph, within):
+            if self.contraction_only and not is_contraction(node):
+                continue
             outs = [m.container for m in node.outputs if m is not None]
             for name in outs:
                 if graph.container(name).role is Role.TRANSIENT:
@@ -195,6 +206,9 @@ class LayoutSelect(Transformation):
             plan.nodes[reader.id] = rename(copy_node(plan.nodes.get(reader.id, reader)), target, plan.container)
 
     def check(self, graph: Graph, match: Match) -> MatchResult:
+        prod = graph.nodes.get(match.anchors[0]) if match.anchors else None
+        if self.contraction_only and prod is not None and not is_contraction(prod):
+            return fail(f"'{prod.id}' is not a contraction (contraction_only)", prod.id)
         plan = self._plan(graph, match)
         return plan if isinstance(plan, MatchResult) else OK
 

@@ -8,7 +8,7 @@ from onnx import helper, numpy_helper
 
 from ir import lowering
 from ir.onnx_import import import_model, import_proto
-from ir.printer import node_to_text
+from ir.printer import node_to_text, to_text
 from tests.unit.ir.onnx_models import model, vi
 from tests.unit.transforms.harness import assert_applies, assert_fails
 from transforms import engine
@@ -107,3 +107,29 @@ def test_bert_weight_gradient_layout_makes_its_transpose_vanish():
     gemm = g.nodes["/layer/output/dense/MatMul_Grad/Gemm_5"]
     assert gemm.attrs == {"transA": 1} and g.container("/layer/output/dense/Transpose_output_0_grad").shape == \
         (768, 3072)
+
+
+def _gemm_strided_graph():
+    """g = x^T·dy (an Einsum) read transposed by the update map the transpose was fused into."""
+    nodes = [helper.make_node("Einsum", ["x", "dy"], ["g"], name="dw", equation="cda,cdb->ab"),
+             helper.make_node("Transpose", ["g"], ["gt"], name="T", perm=[1, 0]),
+             helper.make_node("Mul", ["gt", "s"], ["u"], name="upd")]
+    g = import_proto(model(nodes, [vi("x", [2, 3, 4]), vi("dy", [2, 3, 5]), vi("s", [5, 4])], [vi("u", [5, 4])]))
+    lowering.expand_node(g, "T")
+    lowering.expand_node(g, "upd")
+    fusion = create("map_fusion")
+    engine.apply(g, fusion, next(iter(fusion.matches(g))))
+    return g
+
+
+def test_contraction_only_offers_gemm_outputs_and_refuses_maps():
+    g = _gemm_strided_graph()
+    only = create("layout_select", {"contraction_only": True})
+    assert "g[i1, i0]" in to_text(g)                        # the update reads the gradient strided
+    assert [m.anchors for m in only.matches(g)] == [("dw",)]
+    app, work = assert_applies(g, only, only.match("dw"))
+    assert app.delta.bytes == 0 and work.container("g").shape == (5, 4)
+    assert "g[i0, i1]" in to_text(work) and work.nodes["dw"].attrs["equation"].endswith("->ba")
+    strided = _strided_graph()                              # the producer there is a map
+    assert not list(only.matches(strided))
+    assert_fails(strided, only, only.match("add/expanded"), "'add/expanded' is not a contraction (contraction_only)")

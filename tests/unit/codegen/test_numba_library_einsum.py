@@ -1,0 +1,70 @@
+"""The CPU backend's two-operand Einsum (``codegen/numba_cpu/library.py``): one batched
+``np.matmul`` on permuted views, equal to ``np.einsum`` for every label arrangement
+(batch, free and contracted axes in any order; outer and inner products), writing in
+place into a contiguous ``out`` whose axes are batch, a-free, b-free, and falling back
+to ``np.einsum`` for what is not a matmul (repeated labels, labels summed out alone)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.numba_cpu import library as L
+
+CASES = [
+    ("acbe,adbe->abcd", (2, 5, 3, 4), (2, 6, 3, 4)),    # BERT attention scores from (B, L, H, D) heads
+    ("cda,cdb->ab", (3, 4, 5), (3, 4, 6)),              # weight gradients: x^T dy over batch and sequence
+    ("cda,cdb->ba", (3, 4, 5), (3, 4, 6)),              # ... written transposed: operands swapped
+    ("ij,jk->ik", (3, 4), (4, 5)),
+    ("ij,kj->ik", (3, 4), (5, 4)),
+    ("bij,bjk->bik", (2, 3, 4), (2, 4, 5)),
+    ("i,j->ij", (3,), (4,)),                            # outer product: nothing contracted
+    ("i,i->", (3,), (3,)),                              # inner product: a 0-d result
+    ("abc,cd->abd", (2, 3, 4), (4, 5)),
+    ("abc,cd->dba", (2, 3, 4), (4, 5)),
+    ("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5)),
+    ("ii,ij->j", (3, 3), (3, 4)),                       # repeated label: np.einsum fallback
+    ("ij,jk->k", (3, 4), (4, 5)),                       # i summed out alone: fallback
+]
+
+
+@pytest.mark.parametrize("equation,sa,sb", CASES, ids=[c[0] for c in CASES])
+def test_einsum_equals_numpy(equation, sa, sb):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    want = np.einsum(equation, a.astype(np.float64), b.astype(np.float64))
+    got = L.einsum(equation, a, b)
+    assert got.shape == want.shape and got.dtype == np.float32 and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    out = np.full(want.shape, np.nan, np.float32)
+    assert L.einsum(equation, a, b, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_product_lands_in_out_without_a_temporary():
+    """When out's axes are batch, a-free, b-free the matmul writes into out itself."""
+    a = np.ones((2, 3, 4), np.float32)
+    b = np.ones((2, 3, 5), np.float32)
+    out = np.empty((4, 5), np.float32)
+    plan = L._einsum_plan("cda,cdb->ab")
+    assert plan[-1] == [0, 1] and L.einsum("cda,cdb->ab", a, b, out=out) is out
+    assert (out == 6).all()
+
+
+def test_half_precision_operands_accumulate_in_float32():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((8, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 8)).astype(np.float16)
+    got = L.einsum("ij,jk->ik", a, b)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got, (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16), rtol=1e-3)
+
+
+def test_transposed_output_swaps_the_operands():
+    """out = batch, b-free, a-free is b @ a: still one matmul straight into out."""
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    b = np.arange(30, dtype=np.float32).reshape(2, 3, 5)
+    out = np.empty((5, 4), np.float32)
+    assert L.einsum("cda,cdb->ba", a, b, out=out) is out
+    np.testing.assert_array_equal(out, np.einsum("cda,cdb->ba", a, b))
+    assert L._PLANS["cdb,cda->ba"][-1] == [0, 1]          # the swapped plan was used and is direct
