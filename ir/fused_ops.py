@@ -39,7 +39,7 @@ from ir.serialize import _node_from_json, _node_to_json
 STUDIO = "ai.dcstudio"
 ACC = "@acc"
 GROUP = "GroupedGemm"
-CONTRACTIONS = {("", "MatMul"): 2, ("", "Gemm"): 3, ("com.microsoft", "FusedMatMul"): 2}
+CONTRACTIONS = {("", "MatMul"): 2, ("", "Gemm"): 3, ("com.microsoft", "FusedMatMul"): 2, ("", "Einsum"): 2}
 EPILOGUE_KEYS = ("gemm_domain", "gemm_inputs", "acc_shape", "acc_dtype", "epilogue")
 
 
@@ -49,9 +49,16 @@ def base_domain(node: OpNode) -> str:
 
 
 def is_contraction(node: Any) -> bool:
-    """A MatMul/Gemm/FusedMatMul library node, plain or with an epilogue."""
+    """A MatMul/Gemm/FusedMatMul/two-operand Einsum library node, plain or with an epilogue."""
     return isinstance(node, OpNode) and (base_domain(node), node.op_type) in CONTRACTIONS \
-        and (node.domain != STUDIO or "epilogue" in node.attrs)
+        and (node.domain != STUDIO or "epilogue" in node.attrs) \
+        and (node.op_type != "Einsum" or _two_operand_einsum(str(node.attrs.get("equation", ""))))
+
+
+def _two_operand_einsum(equation: str) -> bool:
+    """``ab,bc->ac``-style: two operands, an explicit output, no ellipsis (one BLAS call)."""
+    lhs, arrow, _ = equation.replace(" ", "").partition("->")
+    return bool(arrow) and lhs.count(",") == 1 and "..." not in equation
 
 
 def is_group(node: Any) -> bool:

@@ -5,11 +5,12 @@ match, in graph order, again and again until none applies. Every application is
 an ordinary, undoable, recorded step, so a recipe's result is a plain history
 file that ``dcstudio replay`` reproduces exactly. ``SUBSTATION`` is the
 Substation-style recipe of the bundled example (*Data Movement Is All You
-Need*): simplify views and constants, lower the ops into maps, fuse elementwise
-chains, fuse them into softmax and layernorm (forward and backward), fuse the
-Q/K/V projections and GEMM epilogues, then fuse the optimizer update into the
-kernels that produce the gradients, and finally store GEMM/Einsum outputs in the layout
-their readers walk (same bytes, unit-stride reads).
+Need*): simplify views and constants, lower the ops into maps, fold transposes
+into the contractions that read or write them, fuse elementwise chains, fuse
+them into softmax and layernorm (forward and backward), fuse the Q/K/V
+projections and GEMM epilogues, then fuse the optimizer update into the kernels
+(maps or GEMMs) that produce the gradients, and finally store GEMM/Einsum outputs
+in the layout their readers walk (same bytes, unit-stride reads).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ SUBSTATION: tuple[Pass, ...] = (
     Pass("constant_folding"),          # Shape/Size of static tensors and shape arithmetic
     Pass("reshape_elimination"),       # views become re-indexed reads (0 bytes)
     Pass("expand"),                    # elementwise, softmax, layernorm, … into maps
+    Pass("transpose_elimination"),     # transposes into GEMM/Einsum flags and letters before fusion hides them
     Pass("map_fusion"),                # elementwise chains (bias+dropout+residual, AdamW algebra)
     Pass("reduction_fusion"),          # scale+mask into softmax, bdrln into layernorm, and backward
     Pass("optimizer_fusion"),          # AdamW into the kernels producing the gradients
