@@ -5,6 +5,7 @@ The same interface as ``codegen/numba_cpu/library.py``, so the program text
 package carries a verbatim copy (``_lib.py``): it imports only CuPy and NumPy.
 
 - ``matmul``, ``gemm``, ``fused_matmul``: ``cupy.matmul`` (cuBLAS), alpha/bias in place;
+- ``widen_bf16``: bfloat16 tensors (uint16 bits on the device) as float32 operands;
 - ``alloc``/``view``: device buffers (planned buffers reused across steps);
 - ``reference``: an op without a kernel runs on the host in its NumPy reference kernel
   (inputs copied down, outputs copied back up) — correct, not fast;
@@ -27,6 +28,11 @@ def broadcast_to(x, shape):
 
 def to_host(x):
     return cp.asnumpy(x) if isinstance(x, cp.ndarray) else x
+
+
+def widen_bf16(bits):
+    """A bfloat16 tensor (CuPy has no bfloat16: stored as uint16 bits) as float32 for cuBLAS."""
+    return (bits.astype(cp.uint32) << cp.uint32(16)).view(cp.float32)
 
 
 def _product(a, b, out):

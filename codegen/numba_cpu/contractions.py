@@ -67,7 +67,7 @@ def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
 def _one(prog: "Program", node: OpNode):
     """(allocs, lines, kernel name or None, temps) of one contraction, or None if it is none."""
     from codegen.numba_cpu.program import Alloc
-    ins = [prog.var(m.container) if m is not None else "None" for m in node.inputs]
+    ins = [prog.operand(m.container) if m is not None else "None" for m in node.inputs]
     if not fused_ops.has_epilogue(node):
         outs = [m.container for m in node.outputs if m is not None]
         call = blas_call(node, ins, prog.var(outs[0])) if len(outs) == 1 else None
@@ -89,5 +89,5 @@ def _one(prog: "Program", node: OpNode):
     allocs = (Alloc(temp),) + tuple(Alloc(c, ks.init[c].kind, ks.init[c].wcr) for c in ks.outputs)
     for c in ks.outputs:
         prog.np_type(c)
-    args = [prog.var(c) for c in ks.arrays] + [str(n) for n in ks.extents]
+    args = [prog.kernel_arg(c) for c in ks.arrays] + [str(n) for n in ks.extents]
     return allocs, [call, f"K.{ks.name}({', '.join(args)})"], ks.name, (temp,)

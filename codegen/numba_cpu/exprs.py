@@ -23,6 +23,7 @@ from typing import Mapping
 
 import numpy as np
 
+from codegen.numba_cpu import halfbits
 from codegen.numba_cpu.fastmath import FAST_FUNCTIONS
 from ir import dtypes
 from ir import expr as E
@@ -120,9 +121,16 @@ class ExprPrinter:
         return self.cast(self.emit(e.a), self.dtype(e.a), e.dtype)
 
     def cast(self, text: str, have: str, want: str) -> str:
-        """``text`` (of dtype ``have``) converted to ``want``."""
+        """``text`` (of dtype ``have``) converted to ``want``; bfloat16/float16 values are
+        uint16 bits here (``halfbits``), converted through float32."""
         if have == want:
             return text
+        if have in halfbits.LOAD:
+            self.helpers.add(halfbits.LOAD[have])
+            return self.cast(f"{halfbits.LOAD[have]}({text})", "float32", want)
+        if want in halfbits.STORE:
+            self.helpers.add(halfbits.STORE[want])
+            return f"{halfbits.STORE[want]}({self.cast(text, have, 'float32')})"
         if want == "bool":
             return f"({text} != 0)"
         if want not in NUMERIC:

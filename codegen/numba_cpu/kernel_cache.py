@@ -24,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterable
 
+from codegen.numba_cpu import halfbits
 from codegen.numba_cpu.exprs import IDIV_SOURCE
 from codegen.numba_cpu.fastmath import source_of
 from codegen.numba_cpu.loopnest import FASTMATH, KernelSource
@@ -51,7 +52,8 @@ def cache_dir() -> Path:
 
 def helper_source(name: str) -> str:
     """An ``@njit(inline="always")`` helper kernels may call (fastmath forms, ``_idiv``)."""
-    text = IDIV_SOURCE if name == "_idiv" else source_of(name)
+    text = IDIV_SOURCE if name == "_idiv" else halfbits.source_of(name) if name in halfbits.HELPERS \
+        else source_of(name)
     return '@njit(inline="always", cache=True, error_model="numpy", fastmath=_FM)\n' + text
 
 

@@ -11,6 +11,8 @@ This module imports only NumPy: an exported package carries a verbatim copy of i
 - ``alloc``: a kernel's output buffer (``empty``, ``zeros``, or ``full`` of a wcr's identity);
   ``view``: the same carved from a planned, reused buffer (``buffers``): no page faults
   after the first step, which on this VM cost more than the kernels that fill the pages.
+- ``widen_bf16``: a bfloat16 tensor (NumPy has no bfloat16: stored as uint16 bits) as
+  float32, for contractions (mixed precision computes in float32);
 - ``reference``: call a reference kernel ``fn(inputs, attrs, ctx)`` for an op that has no
   kernel of its own (pooling, convolution, losses, gathers, …).
 """
@@ -25,6 +27,11 @@ broadcast_to = np.broadcast_to
 
 def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype.kind == "f" and x.dtype.itemsize < 4 else x
+
+
+def widen_bf16(bits: np.ndarray) -> np.ndarray:
+    """A bfloat16 tensor (its uint16 bits) as float32: the bits are the float32's high half."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:

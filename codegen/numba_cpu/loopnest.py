@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from codegen.numba_cpu import halfbits
 from codegen.numba_cpu.exprs import ExprPrinter, UnsupportedExpr, literal
 from ir import expr as E
 from ir.graph import Graph
@@ -281,6 +282,10 @@ def tasklet_line(nest: Nest, t: Tasklet) -> None:
             invariant.add(conn)
         else:
             names[conn] = f"{nest.array(mem.container)}[{_element(mem, nest)}]"
+        if types[conn] in halfbits.LOAD:          # 16-bit floats are uint16 bits: widen on load
+            names[conn] = f"{halfbits.LOAD[types[conn]]}({names[conn]})"
+            nest.helpers.add(halfbits.LOAD[types[conn]])
+            types[conn] = "float32"
     for p, pn in nest.params.items():
         names[p], types[p] = pn, "int64"
         invariant.discard(p)
@@ -327,6 +332,9 @@ def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: ExprPrinter) 
         name, dt = nest.locals[out.container]
         return f"{name} = {_combine(out.wcr, name, printer.cast(value, vdt, dt))}"
     dt = nest.graph.container(out.container).dtype
+    if out.wcr is not None and dt in halfbits.STORE:
+        raise UnsupportedMap(f"'{out.container}' ({dt}) is accumulated into (wcr {out.wcr}): accumulate in "
+                             "float32 (mixed_precision refuses this) or run it with the reference executor")
     target = f"{nest.array(out.container)}[{_element(out, nest)}]"
     return f"{target} = {_combine(out.wcr, target, printer.cast(value, vdt, dt))}"
 
@@ -352,9 +360,14 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     text = text.replace("def kernel(", f"def {name}(", 1)
     init = {c: output_init(m, c, graph) for c in nest.written}
-    arg_types = tuple((graph.container(c).dtype, len(graph.container(c).shape)) for c in nest.arrays)
+    arg_types = tuple((storage_dtype(graph.container(c).dtype), len(graph.container(c).shape)) for c in nest.arrays)
     return KernelSource(name, text, tuple(sorted(nest.helpers)), tuple(nest.arrays), tuple(nest.written),
                         tuple(nest.extents), par, init, arg_types=arg_types)
+
+
+def storage_dtype(dt: str) -> str:
+    """The dtype a kernel sees an array of ``dt`` as (16-bit floats: their uint16 bits)."""
+    return "uint16" if dt in halfbits.LOAD else dt
 
 
 def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:

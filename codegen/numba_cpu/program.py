@@ -35,6 +35,7 @@ from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the 
 from codegen.numpy_ref.registry import OpContext, canonical_domain, lookup
 from ir import dtypes
 from ir.containers import Container
+from ir.errors import StudioError
 from ir.graph import Graph
 from ir.nodes import MapNode, OpNode
 
@@ -87,11 +88,30 @@ class Program:
     def container(self, name: str) -> Container:
         return self.temps[name] if name in self.temps else self.graph.container(name)
 
+    def is_bits(self, container: str) -> bool:
+        """A bfloat16 intermediate, which the program stores as uint16 bits (``halfbits``).
+        Graph inputs, outputs and initializers keep their dtype (callers pass NumPy arrays)."""
+        g = self.graph
+        return self.container(container).dtype == "bfloat16" and not (
+            container in g.inputs or container in g.outputs or container in g.values)
+
     def np_type(self, container: str) -> str:
         dt = self.container(container).dtype
+        if self.is_bits(container):
+            return "np.uint16"
         if dt not in NP_TYPES:
             raise UnsupportedMap(f"'{container}' has dtype {dt}, which NumPy cannot hold without ml_dtypes")
         return NP_TYPES[dt]
+
+    def kernel_arg(self, container: str) -> str:
+        """``container`` as a kernel argument: float16 arrays are passed as their uint16 bits."""
+        var = self.var(container)
+        return f"{var}.view(np.uint16)" if self.container(container).dtype == "float16" else var
+
+    def operand(self, container: str) -> str:
+        """``container`` as a BLAS operand: bfloat16 bits widened to float32 first."""
+        var = self.var(container)
+        return f"L.widen_bf16({var})" if self.is_bits(container) else var
 
     def shape(self, container: str) -> tuple[int, ...]:
         return self.container(container).concrete_shape(self.graph.bindings)
@@ -123,11 +143,29 @@ def _statement(prog: Program, node) -> Statement:
     head = f"# {comment(node.id)} ({comment(_label(node), 40)})"
     try:
         if isinstance(node, MapNode):
-            return _map(prog, node, head)
-        return _op(prog, node, head)
+            st = _map(prog, node, head)
+        else:
+            st = _op(prog, node, head)
     except (UnsupportedMap, KeyError) as e:
         reason = e.args[0] if isinstance(e, UnsupportedMap) else f"unbound dimension {e.args[0]!r}"
-        return _extern(prog, node, head, str(reason))
+        st = _extern(prog, node, head, str(reason))
+    if st.kind in ("reference", "extern"):
+        _refuse_bfloat16(prog, node, st)
+    return st
+
+
+class HalfStorageError(StudioError):
+    """A node generated code cannot run on bfloat16 tensors."""
+
+
+def _refuse_bfloat16(prog: Program, node, st: Statement) -> None:
+    """Reference kernels would see bfloat16 tensors as raw bits: refuse, naming what to undo."""
+    for c in st.reads + st.writes:
+        if prog.is_bits(c):
+            raise HalfStorageError(
+                f"'{node.id}' ({_label(node)}) touches the bfloat16 tensor '{c}', and only maps, contractions "
+                f"and views run on bfloat16 in generated code; undo the mixed_precision step that stored '{c}' "
+                "in bfloat16, or expand this node into a map first")
 
 
 def _label(node) -> str:
@@ -143,12 +181,17 @@ def _writes(node) -> tuple[str, ...]:
 
 
 def _map(prog: Program, m: MapNode, head: str) -> Statement:
+    for c in _reads(m) + _writes(m):
+        if prog.container(c).dtype == "bfloat16" and not prog.is_bits(c):
+            raise UnsupportedMap(f"'{c}' is a bfloat16 graph input, output or initializer, which NumPy cannot "
+                                 "hold without ml_dtypes: convert the model's interface to float32 (mixed_precision "
+                                 "then stores intermediates in bfloat16)")
     ks = prog.make_kernel(m, prog.graph)
     prog.kernels.setdefault(ks.name, ks)
     for c in ks.outputs:
         prog.np_type(c)
     allocs = tuple(Alloc(c, ks.init[c].kind, ks.init[c].wcr) for c in ks.outputs)
-    args = [prog.var(c) for c in ks.arrays] + [str(n) for n in ks.extents]
+    args = [prog.kernel_arg(c) for c in ks.arrays] + [str(n) for n in ks.extents]
     reads = tuple(c for c in ks.arrays if c not in ks.outputs)
     return Statement(m.id, m.label, "kernel", head, [f"K.{ks.name}({', '.join(args)})"], reads, ks.outputs,
                      allocs, ks.name)

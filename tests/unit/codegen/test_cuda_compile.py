@@ -1,7 +1,8 @@
 """Every CUDA kernel the backend emits compiles with NVRTC for sm_80 and sm_90, in float32 and in
 the bfloat16 storage variant: for every fixture training graph and the bundled example, as imported
-(lowered) and after the representative history (expand + map_fusion), and the bundled recipe's
-history on the bundled example (GEMM epilogues, grouped GEMMs). No GPU is needed (FACTS.md);
+(lowered) and after the representative history (expand + map_fusion), the bundled recipe's
+history on the bundled example (GEMM epilogues, grouped GEMMs), and BERT-small after
+``mixed_precision`` (real bfloat16 and float16 containers). No GPU is needed (FACTS.md);
 running the kernels is tested only where a device exists."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from codegen.numba_cpu.program import build_program
 from ir import expr as E
 from ir.onnx_import import import_model
 from tests.peer.test_export_fixtures import CASES, fixture_graph, fuse_everything
+from tests.peer.test_export_mixed_precision import _mixed
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
 BUNDLED = EXAMPLES / "bert_layer_base_train.onnx"
@@ -63,6 +65,10 @@ def all_kernels(fixtures_dir):
     fuse_everything(fused_bundled)
     recipe, _ = load_with_history(str(BUNDLED), str(RECIPE), [])     # epilogues, grouped GEMMs, layouts
     graphs += [bundled, fused_bundled, recipe]
+    for dtype in ("bfloat16", "float16"):                                # real mixed-precision containers
+        mixed = fixture_graph(fixtures_dir, "ort/bert_layer_small/train_step_adamw", True)[0].clone()
+        assert _mixed(mixed, dtype) > 0
+        graphs.append(mixed)
     found: dict[str, dict] = {"float32": {}, "bfloat16": {}}
     refused = []
     for g in graphs:

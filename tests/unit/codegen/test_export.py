@@ -123,7 +123,7 @@ def test_export_refuses_nodes_that_need_dcstudio(tmp_path):
     from ir.memlet import Memlet
     i = E.Var("i")
     g, _ = _map_graph(Memlet("y", (i,)), {"a": Memlet("x", (i,))}, E.Var("a"), dtype="bfloat16")
-    with pytest.raises(ExportError, match="'m': .*bfloat16"):
+    with pytest.raises(ExportError, match="'m': 'x' is a bfloat16 graph input, output or initializer"):
         export_package(g, tmp_path / "pkg_bf16", inputs={"x": np.zeros(8, np.float32)})
     assert not (tmp_path / "pkg_bf16").exists()
     with pytest.raises(ExportError, match="must be a Python identifier"):
