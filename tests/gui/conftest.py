@@ -6,10 +6,16 @@
   and deleted (with their background tasks finished) after the test.
 - ``bert_model``: the bundled example copied to a temporary folder, so autosaves
   land there.
+- ``crash_marker(model)``: leave the session marker of a studio that died (a dead PID), as
+  a crash would.
 """
 from __future__ import annotations
 
+import json
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +76,13 @@ def bert_model(tmp_path) -> Path:
     path = tmp_path / EXAMPLE.name
     shutil.copy(EXAMPLE, path)
     return path
+
+
+def crash_marker(model) -> Path:
+    """Write ``model``'s session marker as a studio that has died since would have left it."""
+    from studio.session_marker import marker_for
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    marker = marker_for(model)
+    marker.write_text(json.dumps({"pid": child.pid, "host": socket.gethostname(), "started": None}))
+    return marker
