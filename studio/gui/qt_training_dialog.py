@@ -44,7 +44,7 @@ class QtTrainingDialog(QDialog):
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.setWindowModality(Qt.WindowModality.WindowModal)
         self.choice = "cancel"
-        intro = QLabel(f"<b>{model_name}</b> is a forward model: it has no gradients and no optimizer. "
+        self.intro = intro = QLabel(f"<b>{model_name}</b> is a forward model: it has no gradients and no optimizer. "
                        "dcstudio can generate its training step (forward, loss, backward and the optimizer "
                        "update) and open that, or open the forward pass as it is.", wordWrap=True)
         self.loss, self.output, self.optimizer = QComboBox(), QComboBox(), QComboBox()

@@ -11,9 +11,9 @@ import json
 
 from ir.serialize import graph_hash
 from studio.cli import main as cli_main
+from tests.gui.conftest import export_and_check
 
 LOAD_MS = 60000
-CHECK_MS = 600000                     # the export, then numba compiles the package's kernels
 
 
 def _open(qtbot, window, model, history=None):
@@ -95,26 +95,7 @@ def test_full_tuning_session(qtbot, make_window, bert_model, tmp_path, capsys):
     assert graph_hash(w2.session.graph)[:12] in capsys.readouterr().out
 
     # export the replayed session through the dialog; the package's own --check passes
-    _export_and_check(qtbot, w2, tmp_path, "tuned_step", [best.transformation.name, second.transformation.name])
-
-
-def _export_and_check(qtbot, w, folder, name, steps):
-    from PySide6.QtCore import Qt
-    from studio.gui.qt_export_dialog import QtExportDialog
-    w.actions_.export.trigger()
-    d = w.findChild(QtExportDialog)
-    d.folder.setText(str(folder))
-    d.name.clear()
-    qtbot.keyClicks(d.name, name)
-    assert d.export_button.isEnabled(), d.message.text()
-    qtbot.mouseClick(d.export_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: d.state == "done", timeout=CHECK_MS)
-    assert d.passed is True, d.verdict.text() + "\n" + d.output.toPlainText()
-    assert d.verdict.text().startswith("Check passed") and "outputs match" in d.verdict.text()
-    header = (folder / name / "model.py").read_text().split("\n", 30)
-    assert f"# history: {len(steps)} steps" in header and all(any(s in line for line in header) for s in steps)
-    assert [p.name for p in folder.iterdir() if p.name.startswith(f".{name}.")] == []   # no staging left
-    d.close()
+    export_and_check(qtbot, w2, tmp_path, "tuned_step", [best.transformation.name, second.transformation.name])
 
 
 def _whole_graph_ok(w):
