@@ -119,7 +119,10 @@ def export_session(session: Session, target: str | os.PathLike, backend: str = "
         raise ExportError(problem)
     check_replaceable(target)                          # refuse a user's folder before any work
     _sweep(target.parent, target.name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{STAGING}-{os.getpid()}-", dir=target.parent))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{STAGING}-{os.getpid()}-", dir=target.parent))
+    except OSError as e:
+        raise ExportError(f"cannot write in {target.parent}: {e.strerror or e}") from None
     try:
         token.check("the export")
         progress(0, 2, f"generating {backend} code for {target.name}")
@@ -127,6 +130,9 @@ def export_session(session: Session, target: str | os.PathLike, backend: str = "
         token.check("the export")
         progress(1, 2, f"moving the package to {target}")
         _swap(staging / target.name, target)
+    except OSError as e:
+        raise ExportError(f"could not write {e.filename or target}: {e.strerror or e}; nothing was "
+                          "exported") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     progress(2, 2, f"exported {target}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QProcess, Qt, QTimer
+from PySide6.QtCore import QEvent, QProcess, Qt, QTimer
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
                                QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QRadioButton, QVBoxLayout,
                                QWidget)
@@ -43,6 +43,7 @@ class QtExportDialog(QDialog):
         self._build(folder or str(Path(window.session.model_path or ".").absolute().parent))
         self._validate()
         self._find_gpu()
+        window.installEventFilter(self)            # the window closing closes this first (kills the check)
 
     # --- construction -----------------------------------------------------------------
     def _build(self, folder: str) -> None:
@@ -249,6 +250,11 @@ class QtExportDialog(QDialog):
             self._kill()
         else:
             self.close()
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.window_ and event.type() == QEvent.Type.Close and self.isVisible():
+            self.close()
+        return False
 
     def closeEvent(self, event) -> None:
         if self.task is not None:

@@ -157,6 +157,33 @@ def test_cancel_kills_the_check(qtbot, window, dialog, monkeypatch):
     assert not pid_alive(pid)
 
 
+def test_closing_the_window_kills_the_check(qtbot, make_window, bert_model, tmp_path, monkeypatch):
+    w = make_window()
+    w.open_model(str(bert_model))
+    qtbot.waitUntil(lambda: w.session is not None, timeout=LOAD_MS)
+    monkeypatch.setattr(w.session, "export", fake_export())
+    _fake_check(monkeypatch, "import time; print('checking', flush=True); time.sleep(120)")
+    d = w.show_export_dialog()
+    d.folder.setText(str(tmp_path))
+    click(qtbot, d.export_button)
+    qtbot.waitUntil(lambda: "checking" in d.output.toPlainText(), timeout=LOAD_MS)
+    pid = d.process.processId()
+    w.close()
+    assert not pid_alive(pid)
+
+
+def test_an_unwritable_folder_is_an_error_naming_it(qtbot, window, dialog, tmp_path, monkeypatch):
+    def refuse(out_dir, backend="cpu", **_):
+        raise PermissionError(13, "Permission denied", str(Path(out_dir) / "weights.npz"))
+    monkeypatch.setattr(window.session, "export", refuse)
+    click(qtbot, dialog.export_button)
+    qtbot.waitUntil(lambda: bool(dialog.messages), timeout=LOAD_MS)
+    text = dialog.messages[-1].informativeText()
+    assert "weights.npz: Permission denied" in text and "nothing was exported" in text
+    assert listing(tmp_path / "out") == []
+    dialog.messages[-1].close()
+
+
 def test_a_check_without_a_verdict_is_stopped_at_the_timeout(qtbot, window, dialog, monkeypatch):
     monkeypatch.setattr(window.session, "export", fake_export())
     _fake_check(monkeypatch, "import time; time.sleep(120)")
