@@ -11,6 +11,8 @@ a marker another process wrote.
 gone, or the id was reused by a younger process (its start time differs), or the marker is
 unreadable. Only then does the GUI offer to restore the autosave. A marker written on
 another host cannot be checked from here; it counts as crashed (the user is asked).
+``Hold`` is what one window keeps: the model it shows, claimed, and released when it
+shows another or closes.
 """
 from __future__ import annotations
 
@@ -146,3 +148,23 @@ def release(model_path: str | os.PathLike) -> None:
             owner = None
         if owner is not None and owner.pid == os.getpid() and owner.host == socket.gethostname():
             marker.unlink(missing_ok=True)
+
+
+class Hold:
+    """The model one window shows (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.model_path: str | None = None
+
+    def set(self, model_path: str | os.PathLike | None) -> None:
+        """Release the held model and claim ``model_path`` (None: hold nothing). A marker that
+        cannot be written only means a crash will not be detected."""
+        if self.model_path is not None:
+            release(self.model_path)
+            self.model_path = None
+        if model_path is not None:
+            try:
+                claim(model_path)
+            except OSError:
+                return
+            self.model_path = str(model_path)

@@ -37,7 +37,7 @@ from studio.gui.qt_ranking import QtRanker
 from studio.gui.qt_training_dialog import offer_training
 from studio.gui.ranking import preview
 from studio.session import Session
-from studio.session_marker import claim, crashed, release
+from studio.session_marker import Hold, crashed
 from transforms.history import load as load_history
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "bert_layer_base_train.onnx"
@@ -53,7 +53,7 @@ class QtMainWindow(QMainWindow):
         super().__init__()
         self.settings = settings or QSettings("dcstudio", "dcstudio")
         self.restore_policy, self.autosave, self.offer_training = restore_policy, autosave, offer_training
-        self._marked: str | None = None
+        self.marker = Hold()                       # this window's session marker (crash detection)
         self.training_dialog = None
         self.session: Session | None = None
         self._unsubscribe = None
@@ -192,7 +192,7 @@ class QtMainWindow(QMainWindow):
         """Show ``session``; its applied steps become (already done) undo commands."""
         if self._unsubscribe is not None:
             self._unsubscribe()
-        self._hold(session)
+        self.marker.set(session.model_path if session.autosave_enabled else None)
         self.session = session
         self.stack.clear()
         for step in session.steps[: session.cursor]:
@@ -435,20 +435,8 @@ class QtMainWindow(QMainWindow):
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        self._hold(None)                           # a clean close: no restore offer next time
+        self.marker.set(None)                      # a clean close: no restore offer next time
         super().closeEvent(event)
-
-    def _hold(self, session: Session | None) -> None:
-        """Mark ``session``'s model as open here (crash detection), releasing the previous one."""
-        if self._marked is not None:
-            release(self._marked)
-            self._marked = None
-        if session is not None and session.autosave_enabled:
-            try:
-                claim(session.model_path)
-                self._marked = session.model_path
-            except OSError:
-                pass                               # no marker: a crash will not be detected, nothing worse
 
 
 def _alive(widget) -> bool:

@@ -97,3 +97,15 @@ def test_the_marker_goes_to_the_data_dir_when_the_folder_is_read_only(tmp_path, 
     finally:
         sm.release(ro / "m.onnx")
     assert not marker.exists()
+
+
+def test_a_hold_claims_one_model_at_a_time(model, tmp_path):
+    other = tmp_path / "other.onnx"
+    other.write_bytes(b"x")
+    hold = sm.Hold()
+    hold.set(model)
+    assert sm.marker_for(model).exists()
+    hold.set(other)
+    assert not sm.marker_for(model).exists() and sm.marker_for(other).exists()
+    hold.set(None)
+    assert not sm.marker_for(other).exists() and hold.model_path is None
