@@ -15,7 +15,10 @@ Qt-free (tested without a display):
 - ``heatmap.py``       linear / log / rank scaling and the colour ramp
 - ``describe.py``      box labels, edge tooltips, the properties HTML
 - ``ranking.py``       ranked matches per Selection / Viewport / Whole graph; ``preview``
-- ``loading.py``       open a model and replay histories into a new Session (off the GUI thread)
+- ``loading.py``       open a model (or the training step generated from it) and replay histories
+                       into a new Session (off the GUI thread); training options from the dialog
+- ``exporting.py``     export target checks, the cancellable staged export, the ``--check`` verdict,
+                       whether a CUDA device is present
 - ``jobs.py``          ``CancelToken``, ``Cancelled``
 - ``screenshots.py``   real-window screenshots under Xvfb (``python -m studio.gui.screenshots DIR``)
 
@@ -33,6 +36,8 @@ Qt:
 - ``qt_movement.py``    the Data movement dock (totals, kernel table, trend plot)
 - ``qt_properties.py``, ``qt_history.py``, ``qt_find.py``, ``qt_palette.py``, ``qt_batch.py``
                         properties, history (QUndoView), find, command palette, apply-all
+- ``qt_export_dialog.py``  File → Export module…: backend, folder, name, progress, Cancel, the check
+- ``qt_training_dialog.py`` a forward model: generate its training step (loss, optimizer) or open as is
 - ``qt_workers.py``     ``QtTask`` (QThreadPool work with progress and cancel), ``QtTaskBar``
 - ``qt_dialogs.py``, ``qt_text.py``  non-modal messages; a status line that does not re-lay out
 """

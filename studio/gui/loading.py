@@ -5,13 +5,20 @@ steps (each a ``History`` value or a history file), reporting progress per step 
 stopping when the token is cancelled. A step that cannot be replayed does not lose
 the others: the session keeps the steps before it, and ``Opened.error`` names the
 history, the step, the transformation and the reason, for the GUI's dialog.
+
+A forward model can be opened as its generated training step (``training`` options, see
+``transforms.autodiff.TrainingOptions``); a history recorded on such a step carries its
+options, so replaying it (or restoring its autosave) regenerates the same graph.
+``needs_training`` tells the GUI when to offer that generation; ``training_options`` turns
+the dialog's choices into validated options.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from ir.containers import Role
 from ir.errors import StudioError
 from studio.gui.jobs import CancelToken, Progress, no_progress
 from studio.session import Session
@@ -40,12 +47,16 @@ def _replay_value(session: Session, hist: History, token: CancelToken, progress:
 
 def open_session(model: str | os.PathLike, histories: Sequence[History | str | os.PathLike] = (), *,
                  bindings: Mapping[str, int] | None = None, autosave: bool = True,
+                 training: Mapping[str, Any] | None = None,
                  token: CancelToken | None = None, progress: Progress = no_progress) -> Opened:
-    """Import ``model`` and replay ``histories`` in order (see the module docstring)."""
+    """Import ``model`` (as its training step when ``training`` or the first history that records
+    training options say so) and replay ``histories`` in order (see the module docstring)."""
     token = token or CancelToken()
-    progress(0, 0, f"importing {os.path.basename(str(model))}")
-    session = Session.open(model, bindings=bindings, autosave=autosave)
     values = [h if isinstance(h, History) else load(h) for h in histories]
+    training = training or next((h.training for h in values if h.training), None)
+    what = "generating the training step of" if training else "importing"
+    progress(0, 0, f"{what} {os.path.basename(str(model))}")
+    session = Session.open(model, bindings=bindings, autosave=autosave, training=training)
     total = sum(len(h.steps) for h in values)
     done = 0
     for source, hist in zip(histories, values):
@@ -55,3 +66,26 @@ def open_session(model: str | os.PathLike, histories: Sequence[History | str | o
         except HistoryError as e:
             return Opened(session, session.cursor, f"{where}: {e.summary}")
     return Opened(session, session.cursor)
+
+
+def needs_training(session: Session) -> bool:
+    """True for a plain forward model opened as-is (no gradients, no optimizer, no steps) that has
+    parameters to train."""
+    g = session.graph
+    return (g.meta.get("kind") == "forward" and not session.training and session.cursor == 0
+            and any(c.role is Role.PARAMETER for c in g.containers.values()))
+
+
+def training_options(loss: str, optimizer: str | None, lr: float, weight_decay: float = 0.0,
+                     momentum: float = 0.9, output: str | None = None) -> dict[str, Any]:
+    """The options for ``Session.open(training=…)``, validated (``OptionError`` names the bad one).
+    Only what was chosen is recorded: defaults stay implicit, momentum only for SGD."""
+    from transforms.autodiff import TrainingOptions
+    options: dict[str, Any] = {"loss": loss, "optimizer": optimizer, "lr": float(lr),
+                               "weight_decay": float(weight_decay)}
+    if optimizer == "sgd":
+        options["momentum"] = float(momentum)
+    if output:
+        options["output"] = output
+    TrainingOptions(**options)
+    return options

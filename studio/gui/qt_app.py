@@ -21,7 +21,7 @@ def run(model: str | None = None, history: str | None = None, *, exit_when_loade
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName("dcstudio")
     app.setApplicationName("dcstudio")
-    window = QtMainWindow(restore_policy="never" if exit_when_loaded else "ask")
+    window = QtMainWindow(restore_policy="never" if exit_when_loaded else "ask", offer_training=not exit_when_loaded)
     window.show()
     task = window.open_model(model, history)
     if exit_when_loaded:

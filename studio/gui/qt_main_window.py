@@ -5,7 +5,10 @@ on the QUndoStack (the History dock is a QUndoView over it); the session's event
 schedule one coalesced ``refresh`` (view, data movement, properties, find), and
 ``QtRanker`` fills the Transformations dock off the GUI thread. Opening a
 model (and replaying a history or an autosave) is a background task too; its result
-replaces the session. Errors arrive as non-modal dialogs naming the node or step.
+replaces the session; a forward model first gets the offer to generate its training step.
+A marker beside the autosave (``session_marker``) lives while a session is shown, so an
+autosave is offered back only after a crash. Errors arrive as non-modal dialogs naming the
+node or step.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMainWindow, QToolBar, 
 from ir.errors import StudioError
 from studio.gui import qt_dialogs, qt_menus
 from studio.gui.commands import ApplyCommand, step_text
-from studio.gui.loading import Opened, open_session
+from studio.gui.loading import Opened, needs_training, open_session
 from studio.gui.qt_find import QtFindBar
 from studio.gui.qt_graph_view import QtGraphView
 from studio.gui.qt_history import QtHistoryDock
@@ -31,21 +34,27 @@ from studio.gui.qt_text import QtTextLine
 from studio.gui.qt_transformations import QtTransformationsDock
 from studio.gui.qt_workers import QtTask, QtTaskBar
 from studio.gui.qt_ranking import QtRanker
+from studio.gui.qt_training_dialog import offer_training
 from studio.gui.ranking import preview
 from studio.session import Session
+from studio.session_marker import Hold, crashed
 from transforms.history import load as load_history
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "bert_layer_base_train.onnx"
 
 
 class QtMainWindow(QMainWindow):
-    """See the module docstring. ``restore_policy``: ``ask``, ``always`` or ``never``."""
+    """See the module docstring. ``restore_policy`` (after a crash): ``ask``, ``always`` or ``never``;
+    ``offer_training``: offer to generate the training step of a forward model."""
 
     def __init__(self, settings: QSettings | None = None, *, restore_policy: str = "ask",
-                 autosave: bool = True, layout_timeout_s: float | None = None, rank_delay_ms: int = 150) -> None:
+                 autosave: bool = True, layout_timeout_s: float | None = None, rank_delay_ms: int = 150,
+                 offer_training: bool = True) -> None:
         super().__init__()
         self.settings = settings or QSettings("dcstudio", "dcstudio")
-        self.restore_policy, self.autosave = restore_policy, autosave
+        self.restore_policy, self.autosave, self.offer_training = restore_policy, autosave, offer_training
+        self.marker = Hold()                       # this window's session marker (crash detection)
+        self.training_dialog = None
         self.session: Session | None = None
         self._unsubscribe = None
         self.tasks: set[QtTask] = set()
@@ -133,35 +142,45 @@ class QtMainWindow(QMainWindow):
         self.ranker.schedule(600)                  # re-rank the Viewport group once scrolling stops
 
     # --- sessions ---------------------------------------------------------------------
-    def open_model(self, path: str | None = None, history: str | None = None) -> QtTask:
-        """Import ``path`` (default: the bundled example) and replay ``history`` off the GUI thread."""
+    def open_model(self, path: str | None = None, history: str | None = None, training: dict | None = None) -> QtTask:
+        """Import ``path`` (default: the bundled example; with ``training`` options, the training step
+        generated from it) and replay ``history`` off the GUI thread. A forward model opened without
+        either gets the offer to generate its training step (``offer_training``)."""
         path = str(path or EXAMPLE)
         histories = [history] if history else self._autosave_to_restore(path)
         autosave = self.autosave
         task = self.run_task(f"Opening {Path(path).name}",
-                             lambda token, progress: open_session(path, histories, autosave=autosave,
+                             lambda token, progress: open_session(path, histories, autosave=autosave, training=training,
                                                                   token=token, progress=progress),
-                             context={"model": path, "fail": f"Could not open {path}"})
+                             context={"model": path, "fail": f"Could not open {path}",
+                                      "offer": self.offer_training and not histories and not training})
         task.succeeded.connect(self._opened)
         task.failed.connect(self._task_failed)
         return task
 
     def _autosave_to_restore(self, path: str) -> list[str]:
         found = Session.autosave_for(path)
-        if self.restore_policy == "never" or not self.autosave or not found.exists():
+        if self.restore_policy == "never" or not self.autosave or not found.exists() or not crashed(path):
             return []
         try:
             steps = len(load_history(found).steps)
         except StudioError:
             return []
         if steps and (self.restore_policy == "always" or qt_dialogs.ask(
-                self, "Restore session?", f"An autosaved session with {steps} steps was found for "
-                f"{Path(path).name}. Restore it?")):
+                self, "Restore session?", f"The last session on {Path(path).name} did not "
+                f"close cleanly; its autosave has {steps} steps. Restore them?")):
             return [str(found)]
         return []
 
     def _opened(self, opened: Opened) -> None:
         path = self.sender().context["model"]
+        if self.sender().context["offer"] and needs_training(opened.session):
+            offer_training(self, path, opened)
+            return
+        self.show_opened(path, opened)
+
+    def show_opened(self, path: str, opened: Opened) -> None:
+        """Show a session opened from ``path``; say which history step could not be replayed."""
         self.set_session(opened.session)
         self.recent.add(path)
         self.recent.fill(self.recent_menu, self.open_model)
@@ -173,6 +192,7 @@ class QtMainWindow(QMainWindow):
         """Show ``session``; its applied steps become (already done) undo commands."""
         if self._unsubscribe is not None:
             self._unsubscribe()
+        self.marker.set(session.model_path if session.autosave_enabled else None)
         self.session = session
         self.stack.clear()
         for step in session.steps[: session.cursor]:
@@ -320,6 +340,16 @@ class QtMainWindow(QMainWindow):
         task.failed.connect(self._task_failed)
         return task
 
+    def show_export_dialog(self):
+        """File → Export module…: the export dialog (``qt_export_dialog``); None without a session."""
+        from studio.gui.qt_export_dialog import QtExportDialog
+        if self.session is None:
+            self.say("Open a model first: the export writes the current graph", error=True)
+            return None
+        dialog = QtExportDialog(self, str(self.settings.value("exportFolder", "") or ""))
+        dialog.show()
+        return dialog
+
     def choose_save_history(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save history", "history.json", "dcstudio history (*.json)")
         if path:
@@ -405,6 +435,7 @@ class QtMainWindow(QMainWindow):
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self.marker.set(None)                      # a clean close: no restore offer next time
         super().closeEvent(event)
 
 

@@ -1,9 +1,8 @@
 """Menus, actions and shortcuts of the main window, and the recent-files list in QSettings.
 
 Every user command is a QAction here (so the command palette lists it). Actions
-whose feature is not built yet (module export and kernel timings need the code
-generator; the side-by-side compare) are present but disabled, with a tooltip and
-status tip saying why.
+whose feature the studio does not drive yet (kernel timings; the side-by-side compare)
+are present but disabled, with a tooltip and status tip saying why.
 """
 from __future__ import annotations
 
@@ -63,7 +62,8 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
                              "Replay a history file onto this model")
     a.save_history = _action(w, "&Save history…", w.choose_save_history, QKeySequence.StandardKey.Save,
                              "Save the applied steps as a history file")
-    a.export = _disabled(w, "&Export module…", _feature("codegen.export", "Export"))
+    a.export = _action(w, "&Export module…", w.show_export_dialog, "Ctrl+E",
+                       "Write the current graph as a standalone Python package and check it")
     a.close = _action(w, "&Close window", w.close, QKeySequence.StandardKey.Close)
     a.undo = w.stack.createUndoAction(w, "&Undo")
     a.undo.setShortcut(QKeySequence("Ctrl+Z"))

@@ -6,10 +6,18 @@
   and deleted (with their background tasks finished) after the test.
 - ``bert_model``: the bundled example copied to a temporary folder, so autosaves
   land there.
+- ``export_and_check(qtbot, window, folder, name)``: export through the Export dialog and
+  require the package's own ``--check`` to pass.
+- ``crash_marker(model)``: leave the session marker of a studio that died (a dead PID), as
+  a crash would.
 """
 from __future__ import annotations
 
+import json
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +78,38 @@ def bert_model(tmp_path) -> Path:
     path = tmp_path / EXAMPLE.name
     shutil.copy(EXAMPLE, path)
     return path
+
+
+def crash_marker(model) -> Path:
+    """Write ``model``'s session marker as a studio that has died since would have left it."""
+    from studio.session_marker import marker_for
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    marker = marker_for(model)
+    marker.write_text(json.dumps({"pid": child.pid, "host": socket.gethostname(), "started": None}))
+    return marker
+
+
+
+CHECK_MS = 600000                     # the export, then numba compiles the package's kernels
+
+
+def export_and_check(qtbot, w, folder: Path, name: str, steps=()) -> None:
+    """Export ``w``'s session through File → Export module… into ``folder/name``; its check must pass."""
+    from PySide6.QtCore import Qt
+    from studio.gui.qt_export_dialog import QtExportDialog
+    w.actions_.export.trigger()
+    d = w.findChild(QtExportDialog)
+    d.folder.setText(str(folder))
+    d.name.clear()
+    qtbot.keyClicks(d.name, name)
+    assert d.export_button.isEnabled(), d.message.text()
+    qtbot.mouseClick(d.export_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: d.state == "done", timeout=CHECK_MS)
+    assert d.passed is True, d.verdict.text() + "\n" + d.output.toPlainText()
+    assert d.verdict.text().startswith("Check passed") and "outputs match" in d.verdict.text()
+    header = (folder / name / "model.py").read_text().split("\n", 30)
+    assert f"# history: {len(steps)} step{'s' if len(steps) != 1 else ''}" in header
+    assert all(any(step in line for line in header) for step in steps)
+    assert [p.name for p in folder.iterdir() if p.name.startswith(f".{name}.")] == []   # no staging left
+    d.close()

@@ -1,0 +1,176 @@
+"""The Export dialog's logic, without Qt: target validation, a cancellable export, the check.
+
+- ``target_problem(folder, name)``: why ``folder/name`` cannot be the package (the name
+  is the package's: ``python -m <name> --check``), or None; ``target_note`` says what
+  happens to an existing folder.
+- ``export_session(session, target, backend, token)``: ``Session.export`` into a private
+  staging folder beside the target, then one rename into place. A cancelled or failed
+  export leaves nothing behind (neither the staging folder nor the exporter's
+  ``.<name>.tmp-export``); the target is replaced only when it is empty or an earlier
+  export (the exporter's own rule), so a user's folder is never deleted. Staging folders
+  left by a studio that died are removed by the next export of that name.
+- ``check_command(result)``: the ``--check`` command line and its working folder.
+- ``gpu_reason()``: why the CUDA backend cannot run here (cached; the first call imports
+  CuPy, so call it off the GUI thread).
+"""
+from __future__ import annotations
+
+import keyword
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from codegen.export.package import ExportError, ExportResult
+from codegen.export.package import _replaceable as check_replaceable   # the exporter's own rule
+from studio.gui.jobs import Cancelled, CancelToken, Progress, no_progress
+from studio.session import Session
+from studio.session_marker import pid_alive
+
+RESERVED = {"numpy", "numba", "llvmlite", "cupy", "cupyx", "scipy"}   # modules an exported package imports
+STAGING = "dcstudio-export"
+_gpu: dict[str, str | None] = {}
+_gpu_lock = threading.Lock()
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name the package (None when it can)."""
+    if not name:
+        return "Enter a package name, e.g. bert_step"
+    if not name.isidentifier():
+        return f"'{name}' is not a Python identifier: use letters, digits and _, not starting with a digit"
+    if name.startswith("_"):
+        return f"'{name}' starts with _: the package name must not be private"
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        return f"'{name}' is a Python keyword"
+    if name in sys.stdlib_module_names or name in RESERVED:
+        return f"'{name}' would shadow the module {name} that Python or the package needs"
+    return None
+
+
+def default_name(model_name: str) -> str:
+    """A package name for a model's export: its stem as an identifier, plus ``_step``."""
+    stem = re.sub(r"\W", "_", Path(model_name).stem, flags=re.ASCII).strip("_") or "model"
+    name = f"{stem}_step"
+    return f"m_{name}" if name[0].isdigit() else name
+
+
+def target_problem(folder: str, name: str) -> str | None:
+    """Why ``folder/name`` cannot be written (None when it can, as far as can be told now)."""
+    problem = name_problem(name)
+    if problem:
+        return problem
+    if not folder:
+        return "Choose the folder to export into"
+    parent = Path(folder)
+    if not parent.is_dir():
+        return f"The folder {parent} does not exist"
+    if not os.access(parent, os.W_OK):
+        return f"The folder {parent} is not writable"
+    target = parent / name
+    if target.exists() and not target.is_dir():
+        return f"{target} exists and is not a folder"
+    return None
+
+
+def target_note(folder: str, name: str) -> str:
+    """What the export will do with ``folder/name`` (for the dialog, once the target is valid)."""
+    target = Path(folder) / name
+    if target.is_dir() and any(target.iterdir()):
+        return (f"{target} exists: it is replaced if it is an earlier dcstudio export "
+                "(any other folder is left untouched and the export stops)")
+    return f"Writes the package {target}"
+
+
+def _sweep(parent: Path, name: str) -> None:
+    """Remove staging folders of ``name`` whose studio process is gone."""
+    prefix = f".{name}.{STAGING}-"
+    for old in parent.glob(prefix + "*"):
+        pid = old.name[len(prefix):].split("-", 1)[0]
+        if old.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap(staged: Path, target: Path) -> None:
+    """Move ``staged`` to ``target``, replacing an earlier export there (never anything else)."""
+    check_replaceable(target)
+    if not target.exists():
+        staged.rename(target)
+        return
+    old = staged.parent / "previous"
+    target.rename(old)
+    try:
+        staged.rename(target)
+    except OSError:
+        old.rename(target)
+        raise
+
+
+def export_session(session: Session, target: str | os.PathLike, backend: str = "cpu", *,
+                   token: CancelToken | None = None, progress: Progress = no_progress) -> ExportResult:
+    """Export ``session``'s current graph to ``target`` (see the module docstring)."""
+    token = token or CancelToken()
+    target = Path(target).absolute()
+    problem = target_problem(str(target.parent), target.name)
+    if problem:
+        raise ExportError(problem)
+    check_replaceable(target)                          # refuse a user's folder before any work
+    _sweep(target.parent, target.name)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{STAGING}-{os.getpid()}-", dir=target.parent))
+    except OSError as e:
+        raise ExportError(f"cannot write in {target.parent}: {e.strerror or e}") from None
+    try:
+        token.check("the export")
+        progress(0, 2, f"generating {backend} code for {target.name}")
+        result = session.export(staging / target.name, backend)
+        token.check("the export")
+        progress(1, 2, f"moving the package to {target}")
+        _swap(staging / target.name, target)
+    except OSError as e:
+        raise ExportError(f"could not write {e.filename or target}: {e.strerror or e}; nothing was "
+                          "exported") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    progress(2, 2, f"exported {target}")
+    files = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
+    return ExportResult(target, result.package, result.kernels, result.statements, files)
+
+
+def check_command(result: ExportResult) -> tuple[str, list[str], str]:
+    """``(program, arguments, working folder)`` of the package's ``--check``."""
+    return sys.executable, ["-m", result.package, "--check"], str(Path(result.path).parent)
+
+
+def verdict(exit_code: int | None, output: str) -> tuple[bool, str]:
+    """(passed, one line) for a finished check; ``exit_code`` None when it was stopped."""
+    if exit_code is None:
+        return False, "The check was stopped before it finished"
+    summary = next((ln for ln in reversed(output.splitlines()) if "outputs match" in ln), "")
+    if exit_code == 0:
+        return True, f"Check passed: {summary}" if summary else "Check passed"
+    return False, f"Check FAILED (exit code {exit_code})" + (f": {summary}" if summary else "")
+
+
+def gpu_reason() -> str | None:
+    """Why the CUDA backend cannot run here, or None when a device is present (cached)."""
+    with _gpu_lock:
+        if "reason" not in _gpu:
+            try:
+                from codegen.cupy_cuda.profile import device_reason
+                _gpu["reason"] = device_reason()
+            except Exception as e:  # noqa: BLE001 - a broken driver or CuPy: say so, never crash
+                _gpu["reason"] = f"CUDA is not usable: {type(e).__name__}: {e}"
+        return _gpu["reason"]
+
+
+def gpu_known() -> bool:
+    """Whether ``gpu_reason`` has been computed (the dialog asks a worker only once)."""
+    return "reason" in _gpu
+
+
+__all__ = ["Cancelled", "ExportError", "check_command", "default_name", "export_session", "gpu_reason",
+           "name_problem", "target_note", "target_problem", "verdict"]

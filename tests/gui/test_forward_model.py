@@ -1,0 +1,95 @@
+"""Opening a forward model: the offer to generate its training step (loss, optimizer, …), or to open it as is.
+
+Uses the MLP forward model of ``../shared/fixtures`` (the one ``dcstudio train-graph`` is tested on).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from PySide6.QtCore import Qt
+
+from studio.gui.qt_training_dialog import QtTrainingDialog
+from studio.session import Session
+from tests.gui.conftest import crash_marker, export_and_check
+from transforms.registry import create
+
+LOAD_MS = 60000
+
+
+@pytest.fixture
+def forward(fixtures_dir, tmp_path):
+    path = tmp_path / "mlp_forward.onnx"
+    shutil.copy(fixtures_dir / "ort_artifacts/mlp/legacy/forward.onnx", path)
+    return path
+
+
+def _offer(qtbot, w, model) -> QtTrainingDialog:
+    w.open_model(str(model))
+    qtbot.waitUntil(lambda: w.training_dialog is not None and w.training_dialog.isVisible(), timeout=LOAD_MS)
+    return w.training_dialog
+
+
+def _settled(qtbot, w):
+    qtbot.waitUntil(lambda: w.session is not None and not w.tasks - {w.rank_task}, timeout=LOAD_MS)
+
+
+def test_generate_the_training_graph_with_chosen_loss_and_optimizer(qtbot, make_window, forward):
+    w = make_window()
+    d = _offer(qtbot, w, forward)
+    assert w.session is None and "mlp_forward.onnx</b> is a forward model" in d.intro.text()
+    assert (d.loss.currentData(), d.optimizer.currentData(), d.lr.value()) == ("cross_entropy", "adamw", 1e-3)
+    assert d.output.currentText() == "output" and not d.momentum.isEnabled()
+    d.optimizer.setCurrentIndex(d.optimizer.findData("sgd"))
+    assert d.momentum.isEnabled()
+    d.lr.setValue(0.1)
+    qtbot.mouseClick(d.generate_button, Qt.MouseButton.LeftButton)
+    _settled(qtbot, w)
+    s = w.session
+    assert s.training == {"loss": "cross_entropy", "optimizer": "sgd", "lr": 0.1, "weight_decay": 0.0,
+                          "momentum": 0.9}
+    assert s.graph.meta["training"] == "generated" and "fc1.weight.new" in s.graph.outputs
+    assert s.graph.containers["fc1.weight"].role.value == "parameter"
+    assert w.recent.list() == [str(forward)]
+    export_and_check(qtbot, w, forward.parent, "mlp_step")           # the generated step exports and checks
+
+
+def test_open_the_forward_pass_as_it_is(qtbot, make_window, forward):
+    w = make_window()
+    d = _offer(qtbot, w, forward)
+    qtbot.mouseClick(d.forward_button, Qt.MouseButton.LeftButton)
+    _settled(qtbot, w)
+    assert w.session.graph.meta["kind"] == "forward" and w.session.training is None
+    assert w.session.graph.outputs == ["output"]
+
+
+def test_cancel_opens_nothing_and_bad_options_are_named(qtbot, make_window, forward):
+    w = make_window()
+    d = _offer(qtbot, w, forward)
+    d.lr.setValue(0.0)
+    qtbot.mouseClick(d.generate_button, Qt.MouseButton.LeftButton)
+    assert d.isVisible() and "lr" in d.error.text()                   # stays open, names the option
+    qtbot.mouseClick(d.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not d.isVisible(), timeout=LOAD_MS)
+    qtbot.wait(50)
+    assert w.session is None and not w.tasks
+
+
+def test_a_history_of_a_generated_step_regenerates_it_without_asking(qtbot, make_window, forward, tmp_path):
+    options = {"loss": "mse", "optimizer": "lion", "lr": 0.01, "weight_decay": 0.0}
+    s = Session.open(forward, training=options)                       # autosaves beside the copy
+    s.apply("expand", next(iter(create("expand").matches(s.graph))).anchors)
+    s.save_history(tmp_path / "h.json")
+    assert json.loads((tmp_path / "h.json").read_text())["training"] == options
+
+    w = make_window()
+    w.open_model(str(forward), str(tmp_path / "h.json"))
+    _settled(qtbot, w)
+    assert w.session.training == options and w.session.cursor == 1 and w.training_dialog is None
+
+    crash_marker(forward)                                             # and a crash restores it the same way
+    w2 = make_window(restore_policy="always")
+    w2.open_model(str(forward))
+    _settled(qtbot, w2)
+    assert w2.session.training == options and w2.session.cursor == 1 and w2.training_dialog is None
