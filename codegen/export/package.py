@@ -110,7 +110,7 @@ def package_name(out_dir: Path) -> str:
     return name
 
 
-def _replaceable(out: Path) -> None:
+def check_replaceable(out: Path) -> None:
     """Refuse to delete a folder that is not empty and not an earlier export (its model.py
     carries our generator line near the top): the user's files are never removed."""
     if not out.exists():
@@ -204,7 +204,7 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
     model's default values in ``weights.npz``."""
     out = Path(out_dir)
     name = package_name(out)
-    _replaceable(out)
+    check_replaceable(out)
     prog = build_program(graph, parallel=parallel, make_kernel=backend.make_kernel)
     tmp = out.with_name(f".{name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)

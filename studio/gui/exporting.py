@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 
 from codegen.export.package import ExportError, ExportResult
-from codegen.export.package import _replaceable as check_replaceable   # the exporter's own rule
+from codegen.export.package import check_replaceable   # the exporter's own rule
 from studio.gui.jobs import Cancelled, CancelToken, Progress, no_progress
 from studio.session import Session
 from studio.session_marker import pid_alive
