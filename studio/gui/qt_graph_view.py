@@ -343,6 +343,10 @@ class QtGraphView(QGraphicsView):
         super().resizeEvent(event)
         self._place_legend()
 
+    def scrollContentsBy(self, dx: int, dy: int) -> None:
+        super().scrollContentsBy(dx, dy)           # scrolling moves the viewport's child widgets too:
+        self._place_legend()                       # keep the legend in its corner
+
 
 def _human_us(us: float) -> str:
     return human_seconds(us * 1e-6)

@@ -98,8 +98,7 @@ class QtMainWindow(QMainWindow):
         self.addDockWidget(left, self.minimap_dock)
         self.addDockWidget(bottom, self.movement)
         self.addDockWidget(bottom, self.timings)
-        self.tabifyDockWidget(self.movement, self.timings)
-        self.movement.raise_()
+        self._tabify_timings = True                # on the first show (see showEvent)
         self.resizeDocks([self.transformations], [470], Qt.Orientation.Horizontal)
         self.resizeDocks([self.history], [250], Qt.Orientation.Horizontal)
         self.resizeDocks([self.movement], [240], Qt.Orientation.Vertical)
@@ -411,7 +410,14 @@ class QtMainWindow(QMainWindow):
         if geometry is not None:
             self.restoreGeometry(geometry)
         if state is not None:
-            self.restoreState(state)
+            self._tabify_timings = not self.restoreState(state)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._tabify_timings:                   # Qt 6.11: a second tab group made before the first show
+            self._tabify_timings = False           # leaves a stray tab bar in the middle of the window
+            self.tabifyDockWidget(self.movement, self.timings)
+            self.movement.raise_()
 
     def closeEvent(self, event) -> None:
         self.settings.setValue("geometry", self.saveGeometry())

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QToolTip, QWidget
 from studio.gui import roofline as rf
 from studio.gui.timings import human_rate, human_seconds
 
-MARGIN = (74, 12, 14, 34)      # left, top, right, bottom
+MARGIN = (74, 24, 14, 34)      # left, top, right, bottom
 BLUE, RED, GREY, ROOF = QColor("#1f77b4"), QColor("#d62728"), QColor("#9a9a9a"), QColor("#2ca02c")
 
 
@@ -81,7 +81,7 @@ class QtRooflinePlot(QWidget):
         self._dots(p, ax, r)
         if self.note:
             p.setPen(QColor("#b35900"))
-            p.drawText(QRectF(r.left + 4, r.top + 2, r.width - 8, 14), Qt.AlignmentFlag.AlignRight, self.note)
+            p.drawText(QRectF(r.left, r.top - 18, r.width, 14), Qt.AlignmentFlag.AlignLeft, self.note)
 
     def _grid(self, p: QPainter, ax: rf.Axes, r: rf.Rect) -> None:
         for x in rf.decades(ax.x_lo, ax.x_hi):
@@ -118,10 +118,9 @@ class QtRooflinePlot(QWidget):
             kx, ky = rf.place(ax, r, knee, self.peak_flops)
             p.setPen(QPen(QColor("#999999"), 1, Qt.PenStyle.DashLine))
             p.drawLine(QPointF(kx, ky), QPointF(kx, r.top + r.height))
-        _, top = rf.place(ax, r, ax.x_lo, self.peak_flops)
-        p.setPen(QColor("#2b6e2b"))
-        p.drawText(QRectF(r.left, top + 2, r.width - 4, 12), Qt.AlignmentFlag.AlignRight,
-                   f"GEMM {human_rate(self.peak_flops, 'FLOP/s')} · ridge {knee:.3g} FLOP/B")
+        p.setPen(QColor("#2b6e2b"))                 # the compute roof's caption, above the plot
+        p.drawText(QRectF(r.left, r.top - 18, r.width, 14), Qt.AlignmentFlag.AlignRight,
+                   f"roofs: GEMM {human_rate(self.peak_flops, 'FLOP/s')} · ridge {knee:.3g} FLOP/B")
         (x0, y0), (x1, y1) = pts[0], pts[1] if len(pts) > 1 else (pts[0][0] + 1, pts[0][1])
         p.save()                                    # the triad label along the bandwidth slope
         p.translate(x0 + 8, y0 - 4)
@@ -139,12 +138,17 @@ class QtRooflinePlot(QWidget):
             p.setPen(QPen(base, 1))
             p.setBrush(Qt.BrushStyle.NoBrush if pt.clamped else base)
             p.drawEllipse(QPointF(x, y), 3, 3)
-        for pt, x, y in chosen:                     # selected kernels on top, named
+        metrics = p.fontMetrics()
+        for pt, x, y in chosen:                     # selected kernels on top, named (inside the plot)
             p.setPen(QPen(QColor("#000000"), 1))
             p.setBrush(RED)
             p.drawEllipse(QPointF(x, y), 5, 5)
+            name = metrics.elidedText(pt.node_id, Qt.TextElideMode.ElideLeft, 180)
+            width = metrics.horizontalAdvance(name)
+            tx = x + 8 if x + 8 + width <= r.left + r.width else x - 8 - width
+            ty = y - 6 if y - 6 > r.top + 10 else y + 16         # below the dot when at the top
             p.setPen(RED)
-            p.drawText(QPointF(x + 7, y - 4), pt.node_id)
+            p.drawText(QPointF(tx, ty), name)
 
     # --- interaction ------------------------------------------------------------------------
     def point_at(self, x: float, y: float) -> rf.Point | None:

@@ -61,6 +61,7 @@ class QtTimingsDock(QDockWidget):
         self.machine = QtTextLine()
         self.coverage = QtTextLine(rich=True)
         self.ab_line = QtTextLine()
+        self.ab_line.hide()
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(180)
         self.progress.setMaximumHeight(16)
@@ -91,7 +92,11 @@ class QtTimingsDock(QDockWidget):
         t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         t.verticalHeader().setVisible(False)
         t.verticalHeader().setDefaultSectionSize(18)
-        t.setColumnWidth(0, 240)
+        t.horizontalHeader().setDefaultSectionSize(74)
+        t.setColumnWidth(0, 290)
+        t.setColumnWidth(1, 60)
+        t.setWordWrap(False)                                # (word wrap forces eliding at the end)
+        t.setTextElideMode(Qt.TextElideMode.ElideMiddle)   # long scoped ids: keep the op at the end
         t.horizontalHeader().setStretchLastSection(True)
         return t
 
@@ -109,9 +114,9 @@ class QtTimingsDock(QDockWidget):
             b.clicked.connect(sig)
         bar = QHBoxLayout()
         for w in (self.profile_selection, self.profile_all, QLabel("reps"), self.reps, QLabel("threads"),
-                  self.threads, self.compare, self.trace, self.progress, self.cancel_button, self.status):
+                  self.threads, self.compare, self.trace, self.progress, self.cancel_button):
             bar.addWidget(w)
-        bar.addStretch(1)
+        bar.addWidget(self.status, 1)
         return bar
 
     # --- running --------------------------------------------------------------------------
@@ -167,6 +172,7 @@ class QtTimingsDock(QDockWidget):
 
     def set_ab(self, text: str) -> None:
         self.ab_line.set_text(text)
+        self.ab_line.setVisible(bool(text))
 
     # --- selection --------------------------------------------------------------------------
     def select_ids(self, ids: list[str]) -> None:

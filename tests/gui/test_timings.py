@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QTabBar
 
 from studio.gui.heatmap import box_values, color
 from studio.gui.qt_timing_table import COLUMNS
@@ -101,8 +102,23 @@ def test_profile_all_fills_the_table_the_roofline_and_the_time_heatmap(qtbot, wi
     values = box_values(v.boxes, v.tree.members, r.times_us())
     hottest = max(values, key=values.get)
     assert v.boxes[hottest].heat.getRgb()[:3] == color(1.0)
+    v.verticalScrollBar().setValue(v.verticalScrollBar().maximum())    # the legend stays in its corner
+    assert v.legend.y() == v.viewport().height() - v.legend.height() - 10
     w.set_heat_metric("bytes")
     assert "bytes moved" in v.legend.caption
+
+
+def test_timings_and_data_movement_share_one_tab_bar(qtbot, make_window):
+    """Qt 6.11 leaves a stray tab bar mid-window when a second tab group is made before the first show."""
+    w = make_window()
+
+    def bars():
+        return [t for t in w.findChildren(QTabBar)
+                if t.isVisible() and "Timings" in [t.tabText(i) for i in range(t.count())]]
+
+    qtbot.waitUntil(lambda: bool(bars()), timeout=5000)
+    assert len(bars()) == 1 and bars()[0].y() > w.view.geometry().bottom()
+    assert w.tabifiedDockWidgets(w.movement) == [w.timings] and not w.movement.visibleRegion().isEmpty()
 
 
 def _workers() -> list[int]:
