@@ -85,14 +85,35 @@ def _run_worker(job: dict, work: Path, threads: int, timeout: float, on_progress
     progress[:] = (-1, 0, 0, 0)
     steps = 1 + int(job.get("warmup", 0)) + int(job.get("reps", 0))
     env = dict(os.environ, **thread_control.environment(threads))
-    proc = subprocess.Popen([sys.executable, "-m", "codegen.timing.worker", str(path)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The worker's output goes to files, not pipes: nobody reads a pipe while the worker runs, and a
+    # result line longer than the pipe buffer (64 KiB: a few hundred kernels x 10 reps) blocked the
+    # worker in ``write`` until the parent killed it as hung.
+    with open(work / "stdout.txt", "w+", encoding="utf-8") as out_f, \
+            open(work / "stderr.txt", "w+", encoding="utf-8") as err_f:
+        proc = subprocess.Popen([sys.executable, "-m", "codegen.timing.worker", str(path)], cwd=ROOT, env=env,
+                                stdout=out_f, stderr=err_f, text=True)
+        failure = _watch(proc, progress, steps, timeout, on_progress, cancel)
+        if failure is not None:
+            return None, failure, int(progress[0])
+        out_f.seek(0)
+        err_f.seek(0)
+        out, err = out_f.read(), err_f.read()
+    line = next((ln for ln in out.splitlines() if ln.startswith("DCSTUDIO-RESULT ")), None)
+    if proc.returncode == 0 and line:
+        return json.loads(line[len("DCSTUDIO-RESULT "):]), None, -1
+    tail = err.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+    return None, f"crashed (exit code {proc.returncode}): {tail[0][:300]}", int(progress[0])
+
+
+def _watch(proc: subprocess.Popen, progress, steps: int, timeout: float, on_progress: Progress | None,
+           cancel: Cancel | None) -> str | None:
+    """Poll the worker until it exits: report progress, kill it on cancel or when one kernel hangs."""
     last, since = (int(progress[0]), int(progress[1])), time.monotonic()
     while proc.poll() is None:
         time.sleep(0.05)
         if cancel is not None and cancel():
             proc.kill()
-            proc.communicate()
+            proc.wait()
             raise ProfileCancelled("profiling cancelled")
         now = (int(progress[0]), int(progress[1]))
         if now != last:
@@ -103,14 +124,9 @@ def _run_worker(job: dict, work: Path, threads: int, timeout: float, on_progress
         limit = STARTUP_TIMEOUT if now[0] < 0 else timeout
         if time.monotonic() - since > limit:
             proc.kill()
-            proc.communicate()
-            return None, f"timeout after {timeout:g} s", int(progress[0])
-    out, err = proc.communicate()
-    line = next((ln for ln in out.splitlines() if ln.startswith("DCSTUDIO-RESULT ")), None)
-    if proc.returncode == 0 and line:
-        return json.loads(line[len("DCSTUDIO-RESULT "):]), None, -1
-    tail = err.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-    return None, f"crashed (exit code {proc.returncode}): {tail[0][:300]}", int(progress[0])
+            proc.wait()
+            return f"timeout after {timeout:g} s"
+    return None
 
 
 def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray], *, kernels: Iterable[str] | None = None,

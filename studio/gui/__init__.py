@@ -12,7 +12,9 @@ Qt-free (tested without a display):
                        cancel), quick ``layered`` and ``patched`` layouts
 - ``layout_proc.py``   the layout child process (pygraphviz ``dot`` → json0 → boxes and curves)
 - ``placement.py``     nested group layouts → absolute positions of frames, boxes, edges
-- ``heatmap.py``       linear / log / rank scaling and the colour ramp
+- ``heatmap.py``       linear / log / rank scaling, the colour ramp, per-box sums
+- ``timings.py``       a profile mapped back onto the graph (lowered ids → kernels), coverage, staleness
+- ``roofline.py``      roofline geometry: log-log axes, roofs, ridge, point placement, hover
 - ``describe.py``      box labels, edge tooltips, the properties HTML
 - ``ranking.py``       ranked matches per Selection / Viewport / Whole graph; ``preview``
 - ``loading.py``       open a model (or the training step generated from it) and replay histories
@@ -34,6 +36,8 @@ Qt:
 - ``qt_overlays.py``    heatmap legend, minimap
 - ``qt_transformations.py``, ``qt_ranking.py``  the Transformations dock and its background ranking
 - ``qt_movement.py``    the Data movement dock (totals, kernel table, trend plot)
+- ``qt_timings.py``, ``qt_timing_table.py``, ``qt_roofline.py``  the Timings dock, its table, the roofline
+- ``qt_profiling.py``   profile / A/B / Chrome trace as background tasks with cancel; stale marking
 - ``qt_properties.py``, ``qt_history.py``, ``qt_find.py``, ``qt_palette.py``, ``qt_batch.py``
                         properties, history (QUndoView), find, command palette, apply-all
 - ``qt_export_dialog.py``  File → Export module…: backend, folder, name, progress, Cancel, the check

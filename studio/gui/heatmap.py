@@ -6,14 +6,16 @@
 - ``log``: the same on log(1 + v), so a few huge GEMMs do not wash out the rest;
 - ``rank``: the position in sorted order (ties share a rank), i.e. a quantile map.
 
-``color`` is a light-yellow → dark-red ramp; ``legend`` gives the value at each tick
-so the view can label its colour bar.
+``color`` is a light-yellow → dark-red ramp (``grey`` turns it grey for stale data);
+``legend`` gives the value at each tick so the view can label its colour bar.
+``box_values`` sums per-kernel values over each box's kernels, leaving out boxes with
+no value at all (for measured time: boxes none of whose kernels were measured).
 """
 from __future__ import annotations
 
 import bisect
 import math
-from typing import Mapping
+from typing import Callable, Iterable, Mapping
 
 SCALES = ("linear", "log", "rank")
 RAMP = ((255, 255, 204), (254, 217, 118), (253, 141, 60), (227, 26, 28), (128, 0, 38))
@@ -46,6 +48,23 @@ def color(t: float) -> tuple[int, int, int]:
     f = t - k
     a, b = RAMP[k], RAMP[k + 1]
     return tuple(round(a[i] + (b[i] - a[i]) * f) for i in range(3))
+
+
+def grey(rgb: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The same lightness without the hue (stale figures)."""
+    y = round(0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2])
+    return (y, y, y)
+
+
+def box_values(boxes: Iterable[str], members: Callable[[str], Iterable[str]],
+               per_kernel: Mapping[str, float]) -> dict[str, float]:
+    """``box -> sum of per_kernel over its kernels`` for boxes with at least one kernel in ``per_kernel``."""
+    out = {}
+    for box in boxes:
+        vals = [per_kernel[i] for i in members(box) if i in per_kernel]
+        if vals:
+            out[box] = float(sum(vals))
+    return out
 
 
 def legend(values: Mapping[str, float], scale: str, ticks: int = 5) -> list[tuple[float, float]]:

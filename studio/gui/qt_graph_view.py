@@ -22,13 +22,14 @@ from ir.graph import Graph
 from ir.movement import Ledger
 from studio.gui import layout as lay
 from studio.gui.describe import edge_tooltip
-from studio.gui.heatmap import color, normalize
+from studio.gui.heatmap import box_values, color, grey, normalize
 from studio.gui.placement import Placement, place
 from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem
 from studio.gui.qt_overlays import QtLegend
 from studio.gui.qt_scene import QtGraphScene
 from studio.gui.qt_workers import QtTask
 from studio.gui.scope_tree import ROOT, ScopeTree
+from studio.gui.timings import human_seconds
 
 MIN_FIT_SCALE = 0.6                   # below this, labels are unreadable: start at the top-left instead
 
@@ -62,6 +63,10 @@ class QtGraphView(QGraphicsView):
         self.placement: Placement | None = None
         self.marks: dict[str, set[str]] = {}
         self.heat_scale: str | None = None
+        self.heat_metric = "bytes"                  # or "time": the last profile's medians (µs per kernel)
+        self.heat_times: dict[str, float] = {}
+        self.heat_note = "no profile yet"           # "N of M kernels measured", stale note
+        self.heat_stale = False
         self.task: QtTask | None = None
         self._drawing = False
         self._fit_next = True
@@ -210,15 +215,29 @@ class QtGraphView(QGraphicsView):
             item.set_marks(per_item.get(key, set()))
 
     def set_heatmap(self, scale: str | None) -> None:
-        """Colour boxes by bytes moved (``linear``/``log``/``rank``), or by pass (None)."""
+        """Colour boxes by the heat metric (``linear``/``log``/``rank``), or by pass (None)."""
         self.heat_scale = scale
         self._apply_heat()
+
+    def set_heat_metric(self, metric: str) -> None:
+        """``bytes`` (bytes moved) or ``time`` (measured time, from ``set_heat_times``)."""
+        self.heat_metric = metric
+        self._apply_heat()
+
+    def set_heat_times(self, times_us: dict[str, float], note: str, stale: bool = False) -> None:
+        """The last profile's median per kernel (µs); ``note`` goes in the legend; stale is drawn grey."""
+        self.heat_times, self.heat_note, self.heat_stale = dict(times_us), note, stale
+        if self.heat_metric == "time":
+            self._apply_heat()
 
     def _apply_heat(self) -> None:
         if not self.heat_scale or self.tree is None:
             for item in self.boxes.values():
                 item.set_heat(None)
             self.legend.hide()
+            return
+        if self.heat_metric == "time":
+            self._apply_time_heat()
             return
         kernels = self.ledger.kernels
         values = {k: float(sum(kernels[i].bytes for i in self.tree.members(k) if i in kernels)) for k in self.boxes}
@@ -227,6 +246,16 @@ class QtGraphView(QGraphicsView):
         counted = sum(1 for i in self.graph.nodes if i in kernels)
         self.legend.set_values(values, self.heat_scale, f"bytes moved per box · {self.heat_scale} scale · "
                                                         f"{counted} of {len(self.graph.nodes)} kernels counted")
+        self._place_legend()
+
+    def _apply_time_heat(self) -> None:
+        values = box_values(self.boxes, self.tree.members, self.heat_times)
+        shade = grey if self.heat_stale else tuple
+        heat = {key: QColor(*shade(color(t))) for key, t in normalize(values, self.heat_scale).items()}
+        for key, item in self.boxes.items():
+            item.set_heat(heat.get(key, QColor("#ededed")))       # not measured: plain light grey
+        self.legend.set_values(values, self.heat_scale, f"measured time per box · {self.heat_scale} scale · "
+                                                        f"{self.heat_note}", _human_us, show_empty=True)
         self._place_legend()
 
     def _place_legend(self) -> None:
@@ -313,3 +342,11 @@ class QtGraphView(QGraphicsView):
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._place_legend()
+
+    def scrollContentsBy(self, dx: int, dy: int) -> None:
+        super().scrollContentsBy(dx, dy)           # scrolling moves the viewport's child widgets too:
+        self._place_legend()                       # keep the legend in its corner
+
+
+def _human_us(us: float) -> str:
+    return human_seconds(us * 1e-6)

@@ -1,8 +1,9 @@
 """Menus, actions and shortcuts of the main window, and the recent-files list in QSettings.
 
 Every user command is a QAction here (so the command palette lists it). Actions
-whose feature the studio does not drive yet (kernel timings; the side-by-side compare)
-are present but disabled, with a tooltip and status tip saying why.
+whose feature is not built yet (the side-by-side compare) are present but disabled,
+with a tooltip and status tip saying why. The Tools menu drives the Timings dock
+(``qt_profiling``).
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
     a.expand_selected = _action(w, "Open selected groups", w.expand_selected, "+")
     a.timeout = _action(w, "Layout timeout…", w.choose_layout_timeout)
     a.compare = _disabled(w, "Compare with original…", "Side-by-side compare is not built yet")
-    a.profile = _disabled(w, "&Profile kernels…", _feature("codegen.timing", "Profiling"))
+    _timing_actions(w, a)
     a.about = _action(w, "&About dcstudio", w.show_about)
     heat = QActionGroup(w)
     a.heat = {}
@@ -94,6 +95,28 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
         a.heat[scale] = act
     _menus(w, a)
     return a
+
+
+def _timing_actions(w: "QtMainWindow", a: SimpleNamespace) -> None:
+    """The Timings dock's commands, and the heatmap's metric (bytes moved or measured time)."""
+    p = w.profiling
+    a.profile_all = _action(w, "&Profile all kernels", p.profile_all, "Ctrl+Alt+P",
+                            "Time every kernel of the current step out of process")
+    a.profile_selection = _action(w, "Profile &selection", p.profile_selection, "Ctrl+Alt+S",
+                                  "Time the selected kernels")
+    a.cancel_profile = _action(w, "Cancel profiling", p.cancel, tip="Stop the running profile or A/B")
+    a.compare_step = _action(w, "Compare timing with step…", p.choose_compare,
+                             tip="Paired A/B of whole training steps: an earlier step against the current one")
+    a.export_trace = _action(w, "Export Chrome &trace…", p.choose_trace, tip="Write the last profile for Perfetto")
+    group = QActionGroup(w)
+    a.heat_metric = {}
+    for metric, text in (("bytes", "bytes moved"), ("time", "measured time")):
+        act = _action(w, f"Heatmap metric: {text}", lambda m=metric: w.set_heat_metric(m))
+        act.setIconText(text)
+        act.setCheckable(True)
+        act.setChecked(metric == "bytes")
+        group.addAction(act)
+        a.heat_metric[metric] = act
 
 
 def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
@@ -113,11 +136,12 @@ def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
     view.addActions([a.fit, a.expand_selected, a.collapse_all])
     view.addSeparator()
     view.addActions(list(a.heat.values()))
+    view.addActions(list(a.heat_metric.values()))
     view.addSeparator()
     view.addActions([a.timeout, a.compare])
     w.docks_menu = view.addMenu("&Docks")
     tools = bar.addMenu("&Tools")
-    tools.addAction(a.profile)
+    tools.addActions([a.profile_all, a.profile_selection, a.cancel_profile, a.compare_step, a.export_trace])
     bar.addMenu("&Help").addAction(a.about)
 
 

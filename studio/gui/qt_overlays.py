@@ -8,7 +8,7 @@ area as a rectangle; clicking or dragging in it moves the main view.
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QLinearGradient, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QGraphicsView, QWidget
 
 from studio.cli import human_bytes
@@ -22,14 +22,18 @@ class QtLegend(QWidget):
         super().__init__(parent)
         self.ticks: list[tuple[float, float]] = []
         self.caption = ""
+        self.fmt = human_bytes
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
         self.resize(300, 62)
         self.hide()
 
-    def set_values(self, values: dict[str, float], scale: str, caption: str) -> None:
+    def set_values(self, values: dict[str, float], scale: str, caption: str, fmt=human_bytes,
+                   show_empty: bool = False) -> None:
+        """``fmt`` labels the ticks (bytes by default); ``show_empty`` shows the caption without values."""
         self.ticks = legend(values, scale)
-        self.caption = caption
-        self.setVisible(bool(values))
+        self.caption, self.fmt = caption, fmt
+        self.resize(max(300, QFontMetrics(QFont("DejaVu Sans", 7)).horizontalAdvance(caption) + 24), self.height())
+        self.setVisible(bool(values) or show_empty)
         self.update()
 
     def paintEvent(self, event) -> None:
@@ -52,7 +56,7 @@ class QtLegend(QWidget):
             align = Qt.AlignmentFlag.AlignLeft if t == 0 else Qt.AlignmentFlag.AlignRight if t == 1 \
                 else Qt.AlignmentFlag.AlignHCenter
             box = QRectF(x - 40 if 0 < t < 1 else x - 80 if t == 1 else x, bar.bottom() + 4, 80 if 0 < t < 1 else 80, 14)
-            p.drawText(box, align, human_bytes(v))
+            p.drawText(box, align, self.fmt(v))
 
 
 class QtMinimap(QGraphicsView):

@@ -1,15 +1,19 @@
 """Real-window screenshots of the studio under Xvfb: ``python -m studio.gui.screenshots OUTDIR``.
 
-Starts ``Xvfb :99`` (no xvfb-run), runs the window on the xcb platform with the
-bundled example, and captures the whole X screen with ImageMagick's
-``import -window root`` at three moments:
+Starts ``Xvfb`` on the first free display from ``:99`` (no xvfb-run), runs the window on
+the xcb platform with the bundled example, and captures the whole X screen with
+ImageMagick's ``import -window root`` at four moments:
 
 - ``main_heatmap.png``: the main window with the bytes heatmap (log scale) and legend;
 - ``transformations_preview.png``: kernels selected, their matches ranked, the best
   one previewed (removed and changed kernels marked in the view, the diff in the pane);
-- ``zoomed.png``: a close-up of the attention scope, labels and edges at full detail.
+- ``zoomed.png``: a close-up of the attention scope, labels and edges at full detail;
+- ``timings_roofline.png``: the Timings dock after a real profile of all 309 kernels of
+  the bundled example (10 reps, about half a minute), the table sorted by median with
+  the slowest kernel selected (highlighted on the roofline and in the view), and the
+  measured-time heatmap with its "N of M kernels measured" legend.
 
-Exit code 0 when all three files were written.
+Exit code 0 when all four files were written.
 """
 from __future__ import annotations
 
@@ -20,8 +24,19 @@ import sys
 import time
 from pathlib import Path
 
-DISPLAY = ":99"
 SIZE = (1600, 1000)
+SHOTS = ("main_heatmap.png", "transformations_preview.png", "zoomed.png", "timings_roofline.png")
+
+
+def _free_display() -> str:
+    """The first display from :99 with no X server (other worktrees may be taking screenshots too)."""
+    n = 99
+    while Path(f"/tmp/.X{n}-lock").exists() or Path(f"/tmp/.X11-unix/X{n}").exists():
+        n += 1
+    return f":{n}"
+
+
+DISPLAY = _free_display()
 
 
 def _start_xvfb() -> subprocess.Popen:
@@ -91,7 +106,26 @@ def _shoot(out: Path) -> None:
     _wait(app, lambda: w.view.placement.exact)
     _settle(app)
     _capture(out / "zoomed.png")
+    _shoot_timings(app, w, out)
     w.close()
+
+
+def _shoot_timings(app, w, out: Path) -> None:
+    """Profile all kernels of the open model, then show the Timings dock and the time heatmap."""
+    from PySide6.QtCore import Qt
+    w.transformations.show_preview(None)
+    w.view.clear_marks()
+    w.timings.raise_()
+    w.resizeDocks([w.timings], [420], Qt.Orientation.Vertical)
+    w.actions_.profile_all.trigger()
+    _wait(app, lambda: not w.profiling.busy, timeout_s=900)
+    if w.profiling.report is None:
+        raise SystemExit(f"profiling failed: {w.timings.status.text()}")
+    w.set_heat_metric("time")
+    w.timings.table.selectRow(0)                 # the slowest kernel (sorted by median), highlighted
+    w.view.fit(readable=True)
+    _settle(app, 1.5)
+    _capture(out / "timings_roofline.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         xvfb.terminate()
         xvfb.wait(10)
-    return 0 if all((out / n).exists() for n in ("main_heatmap.png", "transformations_preview.png", "zoomed.png")) \
-        else 1
+    return 0 if all((out / n).exists() for n in SHOTS) else 1
 
 
 if __name__ == "__main__":

@@ -166,3 +166,12 @@ def test_progress_reaches_the_last_step(small):
     seen: list[tuple[int, int]] = []
     profile_graph(g, feeds, reps=3, warmup=1, threads=1, on_progress=lambda d, t: seen.append((d, t)))
     assert seen and seen[-1][1] == 3 * 5 and max(d for d, _ in seen) >= 4 * 3   # reached the last timed step
+
+
+def test_a_result_larger_than_a_pipe_buffer_comes_back(small):
+    """The worker's result line outgrows a 64 KiB pipe (many kernels x reps): it must not block the worker
+    until the parent kills it as hung (``failed outside any kernel: timeout``)."""
+    g, feeds = small
+    prof = profile_graph(g, feeds, reps=4000, warmup=0, timeout=10.0, threads=1)
+    assert len(json.dumps([k.extra["samples_ns"] for k in prof.kernels])) > 1 << 16
+    assert all(k.ok and k.samples.n == 4000 for k in prof.kernels) and prof.workers == 1

@@ -1,0 +1,232 @@
+"""Profiling from the studio: ``Session.profile`` and ``Session.ab`` as background tasks.
+
+``QtProfiling`` carries out the Timings dock's requests (and the Tools menu's). Each
+run is a ``QtTask`` on the window's pool (so the status bar tracks it too): the
+profiler's worker process does the timing, its progress drives the dock's bar, and
+Cancel sets the task's token, which the profiler polls every 50 ms and then kills the
+worker (``ProfileCancelled``). Only one timing task runs at a time.
+
+The profile's statements are mapped back to the graph that was current when the run
+started (``timings.TimingReport``), and that graph decides staleness: after apply, undo
+or revert, ``refresh`` greys the table, the roofline and the time heatmap with
+"stale: profiled at step k"; back at that step they are current again.
+
+"Profile selection" runs the whole step (the worker always does) and reports only the
+selected graph kernels. Calibrating the peaks the first time on a machine happens in
+this process before the worker starts and cannot be interrupted (seconds; it is cached).
+"""
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QFileDialog, QInputDialog
+
+from ir.errors import StudioError
+from studio.gui.jobs import Cancelled
+from studio.gui.timings import TimingReport, describe_ab, human_seconds
+
+WARMUP = 2
+
+
+def _profile_work(session, reps: int, threads: int | None, token, progress):
+    from codegen.timing.profiler import ProfileCancelled
+    progress(0, 0, "profiling: calibrating peaks, compiling kernels…")
+    try:
+        return session.profile(reps=reps, warmup=min(WARMUP, reps), threads=threads,
+                               on_progress=lambda d, t: progress(d, t, f"profiling: {d}/{t} kernel runs"),
+                               cancel=lambda: token.cancelled)
+    except ProfileCancelled:
+        raise Cancelled("profiling was cancelled") from None
+    except (RuntimeError, OSError) as e:
+        raise StudioError(f"profiling failed: {e}") from e
+
+
+def _ab_work(session, before: int, after: int, reps: int, threads: int | None, token, progress):
+    from codegen.timing.profiler import ProfileCancelled
+    progress(0, 0, f"A/B: step {before} against step {after}…")
+    try:
+        return session.ab(before, after, reps=reps, warmup=min(WARMUP, reps), threads=threads,
+                          cancel=lambda: token.cancelled)
+    except ProfileCancelled:
+        raise Cancelled("the A/B comparison was cancelled") from None
+    except (RuntimeError, OSError) as e:
+        raise StudioError(f"the A/B comparison failed: {e}") from e
+
+
+class QtProfiling(QObject):
+    """See the module docstring. ``window`` is the ``QtMainWindow``; its ``timings`` dock shows the results."""
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.w = window
+        self.dock = window.timings
+        self.profile = None                       # the last codegen.timing.profiler.Profile
+        self.report: TimingReport | None = None
+        self.ab = None                            # the last ABResult
+        self.task = None
+        d = self.dock
+        d.profileAllRequested.connect(self.profile_all)
+        d.profileSelectionRequested.connect(self.profile_selection)
+        d.compareRequested.connect(self.choose_compare)
+        d.traceRequested.connect(self.choose_trace)
+        d.cancelRequested.connect(self.cancel)
+        d.set_report(None)
+
+    # --- state ------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """A new session: forget the last results (a task for the old session is ignored when it ends)."""
+        self.profile = self.report = self.ab = None
+        self.dock.set_report(None)
+        self.dock.set_ab("")
+        self.w.view.set_heat_times({}, "no profile yet")
+
+    def refresh(self) -> None:
+        """The session changed: mark the last profile stale (or current again)."""
+        s, r = self.w.session, self.report
+        if s is None or r is None:
+            return
+        note = r.stale_note(s.graph)
+        self.dock.set_stale(note)
+        self.w.view.set_heat_times(r.times_us(), r.coverage() + (f" · {note}" if note else ""), bool(note))
+
+    @property
+    def busy(self) -> bool:
+        return self.task is not None
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.dock.status.set_text("cancelling…")
+
+    # --- profiling --------------------------------------------------------------------------
+    def profile_all(self):
+        return self._profile(None)
+
+    def profile_selection(self):
+        ids = self.w.view.selected_ids()
+        if not ids:
+            self.dock.status.set_text("select kernels in the graph or a table first")
+            return None
+        return self._profile(ids)
+
+    def _settings(self) -> tuple[int, int | None]:
+        return self.dock.reps.value(), self.dock.threads.value() or None
+
+    def _no_session(self) -> None:
+        self.dock.status.set_text("open a model first")
+
+    def _start(self, title: str, work, context: dict):
+        s = self.w.session
+        if self.busy:
+            self.dock.status.set_text("a timing task is running: wait for it or cancel it")
+            return None
+        context.update(session=s, started=time.monotonic())
+        self.task = task = self.w.run_task(title, work, context=context)
+        task.progressed.connect(self._progressed)
+        task.cancelled.connect(self._cancelled)
+        task.failed.connect(self._failed)
+        task.finished.connect(self._finished)
+        self.dock.set_running(True, title + "…")
+        return task
+
+    def _profile(self, only: list[str] | None):
+        s = self.w.session
+        if s is None:
+            return self._no_session()
+        reps, threads = self._settings()
+        what = "all kernels" if only is None else f"{len(only)} selected kernels"
+        task = self._start(f"Profiling {what} at step {s.cursor}",
+                           functools.partial(_profile_work, s, reps, threads),
+                           {"graph": s.graph, "step": s.cursor, "only": only})
+        if task is not None:
+            task.succeeded.connect(self._profiled)
+        return task
+
+    def _profiled(self, profile) -> None:
+        ctx = self.sender().context
+        if ctx["session"] is not self.w.session:
+            return
+        self.profile = profile
+        self.report = r = TimingReport.of(profile, ctx["graph"], ctx["step"], ctx["only"])
+        self.dock.set_report(r, r.stale_note(self.w.session.graph))
+        self.dock.status.set_text(f"profiled step {r.step} in {time.monotonic() - ctx['started']:.1f} s: "
+                                  f"{r.coverage()}")
+        self.refresh()
+
+    # --- A/B --------------------------------------------------------------------------------
+    def choose_compare(self) -> None:
+        s = self.w.session
+        if s is None:
+            return
+        k, ok = QInputDialog.getInt(self.w, "Compare with step", "Time the whole training step after this step "
+                                    f"against the current one (step {s.cursor}); 0 is the original graph:",
+                                    0, 0, len(s.steps), 1)
+        if ok:
+            self.compare(k)
+
+    def compare(self, before: int = 0):
+        """Paired A/B of the graph after ``before`` steps against the current graph."""
+        s = self.w.session
+        if s is None:
+            return self._no_session()
+        reps, threads = self._settings()
+        task = self._start(f"A/B: step {before} against step {s.cursor}",
+                           functools.partial(_ab_work, s, before, s.cursor, reps, threads),
+                           {"before": before, "after": s.cursor})
+        if task is not None:
+            task.succeeded.connect(self._compared)
+        return task
+
+    def _compared(self, result) -> None:
+        ctx = self.sender().context
+        if ctx["session"] is not self.w.session:
+            return
+        self.ab = result
+        self.dock.set_ab(describe_ab(ctx["before"], ctx["after"], result))
+        self.dock.status.set_text(f"A/B done in {time.monotonic() - ctx['started']:.1f} s")
+
+    # --- task ends --------------------------------------------------------------------------
+    def _progressed(self, done: int, total: int, what: str) -> None:
+        if self.sender() is self.task:
+            self.dock.set_progress(done, total, what)
+
+    def _cancelled(self, message: str) -> None:
+        ctx = self.sender().context
+        self.dock.status.set_text(f"cancelled after {time.monotonic() - ctx['started']:.1f} s: {message}")
+
+    def _failed(self, message: str) -> None:
+        self.dock.status.set_text(f"failed: {message}")
+        self.w.say(f"{self.sender().title} failed", error=True, detail=message)
+
+    def _finished(self) -> None:
+        if self.sender() is self.task:
+            self.task = None
+            self.dock.set_running(False)
+
+    # --- Chrome trace -----------------------------------------------------------------------
+    def choose_trace(self) -> None:
+        if self.profile is None:
+            self.w.say("Profile the kernels first: the trace shows the last profile", error=True)
+            return
+        path, _ = QFileDialog.getSaveFileName(self.w, "Export Chrome trace", f"trace-step{self.report.step}.json",
+                                              "Chrome trace (*.json);;All files (*)")
+        if path:
+            self.export_trace(path)
+
+    def export_trace(self, path: str) -> bool:
+        """Write the last profile as a Chrome trace (Perfetto); an error dialog names the file."""
+        from codegen.timing.trace import write_trace
+        if self.profile is None:
+            self.w.say("Profile the kernels first: the trace shows the last profile", error=True)
+            return False
+        try:
+            write_trace(self.profile, path)
+        except (OSError, ValueError, TypeError) as e:
+            self.w.say(f"Could not write the Chrome trace to {path}", error=True, detail=f"{type(e).__name__}: {e}")
+            return False
+        self.w.statusBar().showMessage(f"wrote the Chrome trace of step {self.report.step} "
+                                       f"({human_seconds(self.report.step_s)} per step) to {Path(path).name}", 8000)
+        return True

@@ -1,0 +1,123 @@
+"""The Timings dock's table model: one row per profiled graph kernel, sorted on the raw numbers.
+
+Columns: kernel, kind, median, min, max, CV, GB/s, % of the calibrated triad, GFLOP/s,
+roofline efficiency, share of the measured total, error. Failed kernels show their
+error (red, and in the tooltip) and sort last on every numeric column. A stale report
+is drawn grey. ``SORT_ROLE`` gives the raw numbers, as in the Data movement table.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtGui import QColor
+
+from studio.gui.timings import TimingReport, human_seconds
+
+COLUMNS = ("kernel", "kind", "median", "min", "max", "CV", "GB/s", "% peak BW", "GFLOP/s", "roofline eff.",
+           "share", "error")
+TIME_COLUMNS = (2, 3, 4)
+PERCENT_COLUMNS = (5, 7, 9, 10)        # stored as fractions or percents, shown with '%'
+DESC = Qt.SortOrder.DescendingOrder
+
+
+def row_of(report: TimingReport, k) -> tuple:
+    if not k.ok:
+        return (k.node_id, k.kind) + (None,) * 9 + (k.error or "failed",)
+    s = k.samples
+    return (k.node_id, k.kind, s.median_s, s.min_s, s.max_s, s.cv, k.gbps, k.pct_peak_bw, k.gflops,
+            k.efficiency, report.share(k), "")
+
+
+class QtTimingModel(QAbstractTableModel):
+    """See the module docstring."""
+
+    SORT_ROLE = Qt.ItemDataRole.UserRole
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple] = []
+        self.labels: dict[str, str] = {}
+        self.statements: dict[str, list[str]] = {}
+        self.stale = False
+        self.order = (2, DESC)
+
+    def set_report(self, report: TimingReport | None) -> None:
+        self.beginResetModel()
+        kernels = report.kernels if report is not None else []
+        self.rows = [row_of(report, k) for k in kernels]
+        self.labels = {k.node_id: k.label for k in kernels}
+        self.statements = {k.node_id: k.extra.get("statements", []) for k in kernels}
+        self.stale = False
+        self._sort()
+        self.endResetModel()
+
+    def set_stale(self, stale: bool) -> None:
+        if stale != self.stale:
+            self.stale = stale
+            if self.rows:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(self.rows) - 1, len(COLUMNS) - 1))
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        self.layoutAboutToBeChanged.emit()
+        self.order = (column, order)
+        self._sort()
+        self.layoutChanged.emit()
+
+    def _sort(self) -> None:
+        column, order = self.order
+        have = [r for r in self.rows if r[column] is not None]
+        have.sort(key=lambda r: r[column], reverse=order == DESC)
+        self.rows = have + [r for r in self.rows if r[column] is None]
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        row = self.rows[index.row()]
+        c = index.column()
+        v = row[c]
+        if role == self.SORT_ROLE:
+            return v
+        if role == Qt.ItemDataRole.DisplayRole:
+            return _text(c, v)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            return QColor("#9a9a9a") if self.stale else QColor("#c62828") if row[11] else None
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(row)
+        if role == Qt.ItemDataRole.TextAlignmentRole and 2 <= c <= 10:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def _tooltip(self, row: tuple) -> str:
+        parts = [f"{row[0]} ({self.labels.get(row[0], '')})"]
+        stmts = self.statements.get(row[0], [])
+        if stmts and stmts != [row[0]]:
+            parts.append("profiled as: " + ", ".join(stmts))
+        if row[11]:
+            parts.append(f"failed: {row[11]}")
+        if self.stale:
+            parts.append("stale: the graph changed since this profile")
+        return "\n".join(parts)
+
+
+def _text(c: int, v) -> str:
+    if v is None:
+        return "–"
+    if c in (0, 1, 11):
+        return v
+    if c in TIME_COLUMNS:
+        return human_seconds(v)
+    if c == 5:
+        return f"{100 * v:.1f} %"
+    if c == 7:
+        return f"{v:.1f} %"
+    if c in (9, 10):
+        return f"{100 * v:.1f} %"
+    return f"{v:.3g}"

@@ -1,0 +1,217 @@
+"""The Timings dock through the real main window (offscreen) and the real out-of-process profiler.
+
+Profile all kernels of the MLP training step (ORT artifacts): the table, the roofline and
+the time heatmap fill in, and selection follows both ways. A long profile is cancelled:
+the worker process dies within a couple of seconds while a 20 ms timer keeps firing.
+After apply the timings are marked stale (and current again after undo); the Chrome trace
+is valid JSON (and a bad path gives a dialog naming the file); A/B shows a ratio.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QTabBar
+
+from studio.gui.heatmap import box_values, color
+from studio.gui.qt_timing_table import COLUMNS
+
+pytest.importorskip("numba", reason="profiling needs the cpu extra (numba)")
+
+LOAD_MS, PROFILE_MS = 60000, 180000
+MLP = Path("ort_artifacts/mlp/legacy/train_step_adamw.onnx")
+
+
+@pytest.fixture
+def window(qtbot, make_window, fixtures_dir, tmp_path):
+    model = tmp_path / "mlp_train_step.onnx"
+    shutil.copy(fixtures_dir / MLP, model)
+    w = make_window(autosave=False)
+    w.open_model(str(model))
+    qtbot.waitUntil(lambda: w.session is not None and w.view.placement is not None and w.view.placement.exact,
+                    timeout=LOAD_MS)
+    w.timings.raise_()
+    return w
+
+
+def _profile(qtbot, w, reps: int = 5):
+    w.timings.reps.setValue(reps)
+    w.actions_.profile_all.trigger()
+    assert w.profiling.busy and not w.timings.profile_all.isEnabled()
+    qtbot.waitUntil(lambda: not w.profiling.busy, timeout=PROFILE_MS)
+    assert w.profiling.report is not None, w.timings.status.text()
+    return w.profiling.report
+
+
+def _col(name: str) -> int:
+    return COLUMNS.index(name)
+
+
+def test_profile_all_fills_the_table_the_roofline_and_the_time_heatmap(qtbot, window):
+    w, dock = window, window.timings
+    r = _profile(qtbot, w)
+    n = len(w.session.graph.nodes)
+    assert r.total == n and r.measured == n and r.failed == 0          # every graph kernel got a number
+    assert f"{n} of {n} kernels measured" in dock.coverage.text() and "step 0" in dock.coverage.text()
+    assert "numba threads" in dock.machine.text() and "triad" in dock.machine.text()
+    assert "profiled step 0" in dock.status.text() and dock.trace.isEnabled()
+
+    # the table: sane figures, sortable on the raw numbers
+    rows = dock.model.rows
+    assert len(rows) == n and {row[0] for row in rows} == set(w.session.graph.nodes)
+    for row in rows:
+        med, lo, hi = row[_col("median")], row[_col("min")], row[_col("max")]
+        assert 0 < lo <= med <= hi < 1.0 and row[_col("CV")] >= 0 and not row[_col("error")]
+        assert 0 <= row[_col("GB/s")] < 10_000 and 0 <= row[_col("roofline eff.")]
+    assert sum(row[_col("share")] for row in rows) == pytest.approx(1.0)
+    assert {"blas", "kernel"} <= {row[_col("kind")] for row in rows}
+    dock.model.sort(_col("GB/s"), Qt.SortOrder.DescendingOrder)
+    gbps = [row[_col("GB/s")] for row in dock.model.rows]
+    assert gbps == sorted(gbps, reverse=True) and gbps[0] > 0
+    gemm = next(row for row in dock.model.rows if row[0] == "/fc1/Gemm")
+    assert gemm[_col("GFLOP/s")] > 0 and dock.model.data(dock.model.index(0, _col("median"))).endswith("s")
+
+    # the roofline: one dot per measured kernel, roofs from the calibrated peaks
+    plot = dock.plot
+    assert len(plot.points) == r.measured and {p.node_id for p in plot.points} == set(w.session.graph.nodes)
+    assert plot.peak_bw == r.peaks.bandwidth and plot.peak_flops == r.peaks.flops
+    dot = next(p for p in plot.points if p.node_id == "/fc1/Gemm")
+    assert not dot.clamped and "/fc1/Gemm" in plot.tooltip_for(dot)
+    x, y = plot.placed()[plot.points.index(dot)]
+    assert plot.point_at(x, y).node_id in {p.node_id for p in plot.points}
+    assert not plot.grab().isNull()
+
+    # selection: table -> graph view, graph view -> table and roofline
+    target = "/fc1/Gemm_Grad/Gemm_0"
+    row = next(k for k, row in enumerate(dock.model.rows) if row[0] == target)
+    dock.table.selectRow(row)
+    assert w.view.selected_ids() == [target]
+    w.view.select(["/fc2/Gemm"])
+    assert dock.selected_ids() == ["/fc2/Gemm"] and plot.highlight == {"/fc2/Gemm"}
+
+    # the time heatmap: measured time per box, "N of M kernels measured"
+    w.set_heat_metric("time")
+    v = w.view
+    assert v.heat_scale == "log" and v.legend.isVisible()
+    assert f"{n} of {n} kernels measured" in v.legend.caption and "measured time" in v.legend.caption
+    values = box_values(v.boxes, v.tree.members, r.times_us())
+    hottest = max(values, key=values.get)
+    assert v.boxes[hottest].heat.getRgb()[:3] == color(1.0)
+    v.verticalScrollBar().setValue(v.verticalScrollBar().maximum())    # the legend stays in its corner
+    assert v.legend.y() == v.viewport().height() - v.legend.height() - 10
+    w.set_heat_metric("bytes")
+    assert "bytes moved" in v.legend.caption
+
+
+def test_timings_and_data_movement_share_one_tab_bar(qtbot, make_window):
+    """Qt 6.11 leaves a stray tab bar mid-window when a second tab group is made before the first show."""
+    w = make_window()
+
+    def bars():
+        return [t for t in w.findChildren(QTabBar)
+                if t.isVisible() and "Timings" in [t.tabText(i) for i in range(t.count())]]
+
+    qtbot.waitUntil(lambda: bool(bars()), timeout=5000)
+    assert len(bars()) == 1 and bars()[0].y() > w.view.geometry().bottom()
+    assert w.tabifiedDockWidgets(w.movement) == [w.timings] and not w.movement.visibleRegion().isEmpty()
+
+
+def _workers() -> list[int]:
+    """Profiling worker processes that are children of this test process."""
+    me, found = os.getpid(), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if b"codegen.timing.worker" in cmd and int(stat[1]) == me and stat[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_cancel_stops_a_long_profile_promptly_and_the_loop_keeps_turning(qtbot, window):
+    w, dock = window, window.timings
+    dock.reps.setValue(200_000)                 # ~200k instrumented steps of a few ms: many minutes
+    ticks: list[float] = []
+    timer = QTimer(interval=20)
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start()
+    qtbot.mouseClick(dock.profile_all, Qt.MouseButton.LeftButton)
+    assert w.profiling.busy and dock.cancel_button.isVisible()
+    qtbot.waitUntil(lambda: dock.progress.maximum() > 1 and dock.progress.value() > 0, timeout=PROFILE_MS)
+    assert dock.progress.maximum() >= 200_000 * len(w.session.graph.nodes)
+    t_measuring = time.monotonic()
+    qtbot.wait(3000)                            # let it measure for a while (not a synchronization)
+    workers = _workers()
+    assert len(workers) == 1, "the profile should be running in one worker process"
+    assert w.profiling.busy
+    t_cancel = time.monotonic()
+    qtbot.mouseClick(dock.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not w.profiling.busy, timeout=5000)
+    stopped = time.monotonic() - t_cancel
+    timer.stop()
+    assert stopped < 2.0, f"cancel took {stopped:.2f} s"
+    assert not _workers() and not Path(f"/proc/{workers[0]}").exists()
+    assert "cancelled" in dock.status.text() and w.profiling.report is None
+    assert dock.profile_all.isEnabled() and not dock.cancel_button.isVisible()
+    during = [t for t in ticks if t_measuring <= t <= t_cancel]
+    gaps = [b - a for a, b in zip(during, during[1:])]
+    assert len(during) >= 3.0 / 0.02 * 0.5 and max(gaps) < 0.3      # the event loop kept turning
+
+
+def _some_applicable(w):
+    from studio.gui.ranking import candidates
+    g = w.session.graph
+    return next((t, m) for t, m in candidates(g, None) if t.check(g, m).ok)
+
+
+def test_stale_after_apply_trace_export_and_ab(qtbot, window, tmp_path):
+    w, dock = window, window.timings
+    r = _profile(qtbot, w, reps=3)
+    w.set_heat_metric("time")
+    assert not dock.model.stale and "stale" not in w.view.legend.caption
+
+    # Chrome trace: valid JSON with one complete event per measured statement
+    path = tmp_path / "trace.json"
+    assert w.profiling.export_trace(str(path))
+    doc = json.loads(path.read_text())
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == len([k for k in w.profiling.profile.kernels if k.ok]) == r.statements
+    assert all(e["dur"] > 0 for e in events)
+    bad = tmp_path / "no_such_dir" / "trace.json"
+    assert not w.profiling.export_trace(str(bad))
+    box = w.messages[-1]
+    assert str(bad) in box.text() and "Traceback" not in box.informativeText()
+    box.close()
+
+    # apply: the timings are stale, greyed, and say at which step they were taken
+    t, m = _some_applicable(w)
+    assert w.apply_step(t.name, m.anchors, t.params())
+    w.refresh()
+    assert w.session.cursor == 1 and dock.model.stale
+    assert "stale: profiled at step 0" in dock.coverage.text() and dock.plot.note == "stale: profiled at step 0"
+    fg = dock.model.data(dock.model.index(0, 0), Qt.ItemDataRole.ForegroundRole)
+    assert fg.name() == "#9a9a9a"
+    assert "stale: profiled at step 0" in w.view.legend.caption
+    heats = [b.heat.getRgb()[:3] for b in w.view.boxes.values()]
+    assert all(c[0] == c[1] == c[2] for c in heats)                    # grey, not the hot ramp
+
+    # A/B against the original: a ratio and its pair spread
+    w.profiling.compare(0)
+    qtbot.waitUntil(lambda: not w.profiling.busy, timeout=PROFILE_MS)
+    ab = w.profiling.ab
+    assert ab is not None and ab.ratio > 0 and ab.a.n == ab.b.n == 3
+    text = dock.ab_line.text()
+    assert text.startswith("A/B step 0 → step 1: ") and "pair spread" in text
+
+    # undo to the profiled step: the same graph, current again
+    w.actions_.undo.trigger()
+    w.refresh()
+    assert w.session.cursor == 0 and not dock.model.stale and dock.plot.note == ""
+    assert "stale" not in dock.coverage.text() and "stale" not in w.view.legend.caption
