@@ -31,11 +31,11 @@ from studio.gui.timings import TimingReport, describe_ab, human_seconds
 WARMUP = 2
 
 
-def _profile_work(session, reps: int, threads: int | None, token, progress):
+def _profile_work(session, graph, reps: int, threads: int | None, token, progress):
     from codegen.timing.profiler import ProfileCancelled
     progress(0, 0, "profiling: calibrating peaks, compiling kernels…")
     try:
-        return session.profile(reps=reps, warmup=min(WARMUP, reps), threads=threads,
+        return session.profile(reps=reps, warmup=min(WARMUP, reps), threads=threads, graph=graph,
                                on_progress=lambda d, t: progress(d, t, f"profiling: {d}/{t} kernel runs"),
                                cancel=lambda: token.cancelled)
     except ProfileCancelled:
@@ -139,7 +139,7 @@ class QtProfiling(QObject):
         reps, threads = self._settings()
         what = "all kernels" if only is None else f"{len(only)} selected kernels"
         task = self._start(f"Profiling {what} at step {s.cursor}",
-                           functools.partial(_profile_work, s, reps, threads),
+                           functools.partial(_profile_work, s, s.graph, reps, threads),
                            {"graph": s.graph, "step": s.cursor, "only": only})
         if task is not None:
             task.succeeded.connect(self._profiled)
