@@ -18,13 +18,22 @@ def cmd_recipe(args: argparse.Namespace) -> int:
                            autosave=False)
     before = session.metrics()
 
+    tty = sys.stderr.isatty()
+    last = ["", ""]                                   # pass name, its latest line
+
     def on_step(name: str, k: int) -> None:
-        if not args.quiet:
-            sys.stderr.write(f"\r{k:5d} steps  {name:<24} {session.metrics().bytes / 1e6:10.2f} MB")
+        if args.quiet:
+            return
+        line = f"{k:5d} steps  {name:<24} {session.metrics().bytes / 1e6:10.2f} MB"
+        if tty:
+            sys.stderr.write("\r" + line)             # one updating line on a terminal
+        elif name != last[0] and last[1]:
+            sys.stderr.write(last[1] + "\n")          # in logs: one line per finished pass
+        last[:] = [name, line]
 
     counts = run_recipe(session, RECIPES[args.name], on_step=on_step)
-    if not args.quiet:
-        sys.stderr.write("\n")
+    if not args.quiet and (tty or last[1]):
+        sys.stderr.write("\n" if tty else last[1] + "\n")
     session.save_history(args.output)
     after = session.metrics()
     applied = ", ".join(f"{n} ×{c}" for n, c in counts.items() if c)
