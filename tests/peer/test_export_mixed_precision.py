@@ -27,24 +27,13 @@ from ir import lowering  # noqa: E402
 from ir.onnx_import import import_model, import_proto  # noqa: E402
 from tests.peer.test_export_fixtures import fuse_everything, load_package  # noqa: E402
 from tests.unit.ir.onnx_models import model, vi  # noqa: E402
-from transforms import engine  # noqa: E402
+from tests.unit.transforms.test_mixed_precision import _lower_everything as mix  # noqa: E402
 from transforms.mixed_precision import BF16_RTOL, FP16_RTOL  # noqa: E402
-from transforms.registry import create  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _shared_kernel_cache():
     kernel_cache.install_locator()
-
-
-def _mixed(graph, dtype: str) -> int:
-    t = create("mixed_precision", {"dtype": dtype})
-    done = 0
-    for m in list(t.matches(graph)):
-        if t.check(graph, m).ok:
-            engine.apply(graph, t, m, check_verify=False)
-            done += 1
-    return done
 
 
 def _relative(want: np.ndarray, got: np.ndarray) -> float:
@@ -58,7 +47,7 @@ def test_mixed_precision_bert_small_exports_and_runs(fixtures_dir, tmp_path, dty
     fuse_everything(g)
     feeds = feeds_for(g)
     exact = reference(g, feeds)
-    assert _mixed(g, dtype) >= (40 if dtype == "bfloat16" else 5)
+    assert mix(g, dtype) >= (40 if dtype == "bfloat16" else 5)
     half = [n for n, c in g.containers.items() if c.dtype == dtype]
     want = reference(g, feeds)
     prog = build_program(g)

@@ -19,7 +19,7 @@ from codegen.numba_cpu.program import build_program
 from ir import expr as E
 from ir.onnx_import import import_model
 from tests.peer.test_export_fixtures import CASES, fixture_graph, fuse_everything
-from tests.peer.test_export_mixed_precision import _mixed
+from tests.unit.transforms.test_mixed_precision import _lower_everything as mix
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
 BUNDLED = EXAMPLES / "bert_layer_base_train.onnx"
@@ -67,7 +67,7 @@ def all_kernels(fixtures_dir):
     graphs += [bundled, fused_bundled, recipe]
     for dtype in ("bfloat16", "float16"):                                # real mixed-precision containers
         mixed = fixture_graph(fixtures_dir, "ort/bert_layer_small/train_step_adamw", True)[0].clone()
-        assert _mixed(mixed, dtype) > 0
+        assert mix(mixed, dtype) > 0
         graphs.append(mixed)
     found: dict[str, dict] = {"float32": {}, "bfloat16": {}}
     refused = []
