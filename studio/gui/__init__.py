@@ -7,7 +7,10 @@ user edits → ``commands.ApplyCommand`` on the QUndoStack → ``Session.apply/u
 Qt-free (tested without a display):
 
 - ``passes.py``        forward / backward / optimizer per kernel (for the mirrored layout)
-- ``scope_tree.py``    kernels grouped by ONNX name scopes; chunking; aggregated edges
+- ``scope_tree.py``    kernels grouped by ONNX name scopes; chunking; aggregated edges; ``updated``
+                       rebuilds only the groups of the kernels a step touched
+- ``graph_diff.py``    kernels removed / added / changed between two session states (fast; hints
+                       from applied steps), for incremental updates
 - ``layout.py``        layout shapes, the signature cache, ``run_layout`` (subprocess, timeout,
                        cancel), quick ``layered`` and ``patched`` layouts
 - ``layout_proc.py``   the layout child process (pygraphviz ``dot`` → json0 → boxes and curves)

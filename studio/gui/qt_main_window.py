@@ -17,7 +17,7 @@ from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMainWindow, QToolBar, QWidget
 
 from ir.errors import StudioError
-from studio.gui import qt_dialogs, qt_menus
+from studio.gui import graph_diff, qt_dialogs, qt_menus
 from studio.gui.commands import ApplyCommand, step_text
 from studio.gui.loading import Opened, open_session
 from studio.gui.qt_find import QtFindBar
@@ -177,10 +177,16 @@ class QtMainWindow(QMainWindow):
         self.stack.clear()
         for step in session.steps[: session.cursor]:
             self.stack.push(ApplyCommand(session, step.transformation, step.anchors, step.params, done=True))
-        self._unsubscribe = session.subscribe(lambda event, payload: self._refresh_timer.start())
+        self._unsubscribe = session.subscribe(self._on_session_event)
         self.setWindowTitle(f"dcstudio — {session.model_name}")
         self.view.tree = None
         self.refresh()
+
+    def _on_session_event(self, event: str, payload) -> None:
+        s = self.session
+        if event in ("applied", "redone") and s is not None and s.cursor > 0:
+            graph_diff.hint(s.graph_at(s.cursor - 1), s.graph, payload)   # the view and table update just that
+        self._refresh_timer.start()
 
     # --- refresh ------------------------------------------------------------------------
     def refresh(self) -> None:
