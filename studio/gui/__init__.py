@@ -18,6 +18,7 @@ Qt-free (tested without a display):
 - ``heatmap.py``       linear / log / rank scaling and the colour ramp
 - ``describe.py``      box labels, edge tooltips, the properties HTML
 - ``ranking.py``       ranked matches per Selection / Viewport / Whole graph; ``preview``
+- ``compare.py``       a step against the current graph: diff marks, summary, counterparts
 - ``loading.py``       open a model and replay histories into a new Session (off the GUI thread)
 - ``jobs.py``          ``CancelToken``, ``Cancelled``
 - ``screenshots.py``   real-window screenshots under Xvfb (``python -m studio.gui.screenshots DIR``)
@@ -34,6 +35,7 @@ Qt:
 - ``qt_overlays.py``    heatmap legend, minimap
 - ``qt_transformations.py``, ``qt_ranking.py``  the Transformations dock and its background ranking
 - ``qt_movement.py``    the Data movement dock (totals, kernel table, trend plot)
+- ``qt_compare.py``     the Compare window: two synced graph views, diff marks and legend
 - ``qt_properties.py``, ``qt_history.py``, ``qt_find.py``, ``qt_palette.py``, ``qt_batch.py``
                         properties, history (QUndoView), find, command palette, apply-all
 - ``qt_workers.py``     ``QtTask`` (QThreadPool work with progress and cancel), ``QtTaskBar``

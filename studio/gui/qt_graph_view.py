@@ -44,6 +44,8 @@ class QtGraphView(QGraphicsView):
     layoutMessage = Signal(str)
     layoutSettled = Signal()
     sceneUpdated = Signal()                         # items, marks or heat changed (for the minimap)
+    groupToggled = Signal(str, bool)                # a group was opened (True) or closed by the user
+    zoomed = Signal(float)                          # the wheel zoomed by this factor
     taskStarted = Signal(object)
 
     def __init__(self, parent: QWidget | None = None, layout_timeout_s: float = 20.0) -> None:
@@ -298,9 +300,11 @@ class QtGraphView(QGraphicsView):
         for item in self.scene().items(pos):
             if isinstance(item, QtBoxItem) and item.is_group:
                 self.expand(item.key)
+                self.groupToggled.emit(item.key, True)
                 return
             if isinstance(item, QtFrameItem) and item.in_title(pos):
                 self.collapse(item.key)
+                self.groupToggled.emit(item.key, False)
                 return
         super().mouseDoubleClickEvent(event)
 
@@ -330,6 +334,7 @@ class QtGraphView(QGraphicsView):
         scale = self.transform().m11() * factor
         if 0.01 <= scale <= 8.0:
             self.scale(factor, factor)
+            self.zoomed.emit(factor)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)

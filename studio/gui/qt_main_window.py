@@ -51,6 +51,7 @@ class QtMainWindow(QMainWindow):
         self.tasks: set[QtTask] = set()
         self.peak_cache: OrderedDict = OrderedDict()
         self.messages: list = []
+        self.compare_window = None
         self.refresh_suspended = False
         self.stack = QUndoStack(self)
         timeout = layout_timeout_s or float(self.settings.value("layoutTimeout", 20.0))
@@ -173,6 +174,7 @@ class QtMainWindow(QMainWindow):
         """Show ``session``; its applied steps become (already done) undo commands."""
         if self._unsubscribe is not None:
             self._unsubscribe()
+        self._close_compare()                      # it compares the steps of the old session
         self.session = session
         self.stack.clear()
         for step in session.steps[: session.cursor]:
@@ -359,6 +361,23 @@ class QtMainWindow(QMainWindow):
             self.view.layout_timeout_s = value
             self.settings.setValue("layoutTimeout", value)
 
+    def show_compare(self, step: int = 0):
+        """The Compare window: step ``step`` (default the original) beside the current graph."""
+        from studio.gui.qt_compare import QtCompareWindow
+        if self.session is None:
+            self.say("Open a model first: Compare shows a history step beside the current graph", error=True)
+            return None
+        self._close_compare()
+        self.compare_window = QtCompareWindow(self.session, self, step, self.view.layout_timeout_s)
+        self.compare_window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.compare_window.show()
+        return self.compare_window
+
+    def _close_compare(self) -> None:
+        if self.compare_window is not None and _alive(self.compare_window):
+            self.compare_window.close()
+        self.compare_window = None
+
     def show_palette(self) -> QtCommandPalette:
         palette = QtCommandPalette([a for a in self.actions() if a.text()], self)
         palette.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -403,6 +422,7 @@ class QtMainWindow(QMainWindow):
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("windowState", self.saveState())
         self.settings.sync()
+        self._close_compare()
         mine = list(self.tasks) + ([self.view.task] if self.view.task else [])
         for task in mine:
             task.cancel()

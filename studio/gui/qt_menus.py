@@ -2,7 +2,7 @@
 
 Every user command is a QAction here (so the command palette lists it). Actions
 whose feature is not built yet (module export and kernel timings need the code
-generator; the side-by-side compare) are present but disabled, with a tooltip and
+generator) are present but disabled, with a tooltip and
 status tip saying why.
 """
 from __future__ import annotations
@@ -81,7 +81,8 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
     a.collapse_all = _action(w, "Collapse all groups", w.collapse_all)
     a.expand_selected = _action(w, "Open selected groups", w.expand_selected, "+")
     a.timeout = _action(w, "Layout timeout…", w.choose_layout_timeout)
-    a.compare = _disabled(w, "Compare with original…", "Side-by-side compare is not built yet")
+    a.compare = _action(w, "&Compare with…", w.show_compare, "Ctrl+D",
+                        "Side by side: the current graph against the original or any history step")
     a.profile = _disabled(w, "&Profile kernels…", _feature("codegen.timing", "Profiling"))
     a.about = _action(w, "&About dcstudio", w.show_about)
     heat = QActionGroup(w)

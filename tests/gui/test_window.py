@@ -33,7 +33,7 @@ def test_menus_and_shortcuts(window):
     assert keys == {"undo": QKeySequence("Ctrl+Z"), "redo": QKeySequence("Ctrl+Shift+Z"), "find": QKeySequence("Ctrl+F"),
                     "fit": QKeySequence("F"), "palette": QKeySequence("Ctrl+Shift+P")}
     assert a.open_model.shortcut() == QKeySequence(QKeySequence.StandardKey.Open)
-    for disabled in (a.export, a.profile, a.compare):
+    for disabled in (a.export, a.profile):
         assert not disabled.isEnabled() and disabled.toolTip()
 
 
