@@ -7,7 +7,10 @@ user edits → ``commands.ApplyCommand`` on the QUndoStack → ``Session.apply/u
 Qt-free (tested without a display):
 
 - ``passes.py``        forward / backward / optimizer per kernel (for the mirrored layout)
-- ``scope_tree.py``    kernels grouped by ONNX name scopes; chunking; aggregated edges
+- ``scope_tree.py``    kernels grouped by ONNX name scopes; chunking; aggregated edges; ``updated``
+                       rebuilds only the groups of the kernels a step touched
+- ``graph_diff.py``    kernels removed / added / changed between two session states (fast; hints
+                       from applied steps), for incremental updates
 - ``layout.py``        layout shapes, the signature cache, ``run_layout`` (subprocess, timeout,
                        cancel), quick ``layered`` and ``patched`` layouts
 - ``layout_proc.py``   the layout child process (pygraphviz ``dot`` → json0 → boxes and curves)
@@ -17,6 +20,7 @@ Qt-free (tested without a display):
 - ``roofline.py``      roofline geometry: log-log axes, roofs, ridge, point placement, hover
 - ``describe.py``      box labels, edge tooltips, the properties HTML
 - ``ranking.py``       ranked matches per Selection / Viewport / Whole graph; ``preview``
+- ``compare.py``       a step against the current graph: diff marks, summary, counterparts
 - ``loading.py``       open a model (or the training step generated from it) and replay histories
                        into a new Session (off the GUI thread); training options from the dialog
 - ``exporting.py``     export target checks, the cancellable staged export, the ``--check`` verdict,
@@ -38,6 +42,7 @@ Qt:
 - ``qt_movement.py``    the Data movement dock (totals, kernel table, trend plot)
 - ``qt_timings.py``, ``qt_timing_table.py``, ``qt_roofline.py``  the Timings dock, its table, the roofline
 - ``qt_profiling.py``   profile / A/B / Chrome trace as background tasks with cancel; stale marking
+- ``qt_compare.py``     the Compare window: two synced graph views, diff marks and legend
 - ``qt_properties.py``, ``qt_history.py``, ``qt_find.py``, ``qt_palette.py``, ``qt_batch.py``
                         properties, history (QUndoView), find, command palette, apply-all
 - ``qt_export_dialog.py``  File → Export module…: backend, folder, name, progress, Cancel, the check

@@ -1,7 +1,10 @@
 """The central graph view: the scope tree, collapsed and expanded, laid out per group.
 
-``set_graph(graph, ledger)`` rebuilds the scope tree (keeping which groups are open)
-and redraws at once from cached, patched or quick layered layouts; when a layout is
+``set_graph(graph, ledger)`` brings the scope tree up to date (keeping which groups are
+open): from the cache when the graph was shown before (undo, redo), else updated from
+the current tree for the kernels that differ (``graph_diff``), and redraws at once
+from cached, patched or quick layered layouts; only boxes whose kernels or groups
+changed get new text (the others keep theirs, and move if their place changed); when a layout is
 missing, ``dot`` runs in a subprocess on a pool thread (``QtTask``) and the scene is
 redrawn when it answers. A layout that times out or crashes leaves the quick layout
 in place and emits ``layoutMessage``. Double-click a collapsed group to open it, an
@@ -20,7 +23,7 @@ from PySide6.QtWidgets import QGraphicsView, QToolTip, QWidget
 
 from ir.graph import Graph
 from ir.movement import Ledger
-from studio.gui import layout as lay
+from studio.gui import graph_diff, layout as lay
 from studio.gui.describe import edge_tooltip
 from studio.gui.heatmap import box_values, color, grey, normalize
 from studio.gui.placement import Placement, place
@@ -41,6 +44,9 @@ class QtGraphView(QGraphicsView):
     currentChanged = Signal(str)
     layoutMessage = Signal(str)
     layoutSettled = Signal()
+    sceneUpdated = Signal()                         # items, marks or heat changed (for the minimap)
+    groupToggled = Signal(str, bool)                # a group was opened (True) or closed by the user
+    zoomed = Signal(float)                          # the wheel zoomed by this factor
     taskStarted = Signal(object)
 
     def __init__(self, parent: QWidget | None = None, layout_timeout_s: float = 20.0) -> None:
@@ -55,6 +61,7 @@ class QtGraphView(QGraphicsView):
         self.layout_timeout_s = layout_timeout_s
         self.tree_options: dict = {}                # ScopeTree options (max_children, chunk)
         self._trees: OrderedDict = OrderedDict()
+        self._tree_options: tuple = ()
         self.book = lay.LayoutBook()
         self.graph: Graph | None = None
         self.ledger: Ledger | None = None
@@ -68,6 +75,7 @@ class QtGraphView(QGraphicsView):
         self.heat_note = "no profile yet"           # "N of M kernels measured", stale note
         self.heat_stale = False
         self.task: QtTask | None = None
+        self._stale = None                          # boxes whose text may be out of date (None: all)
         self._drawing = False
         self._fit_next = True
         self._center_on: str | None = None
@@ -78,20 +86,31 @@ class QtGraphView(QGraphicsView):
     def set_graph(self, graph: Graph, ledger: Ledger, *, keep_expanded: bool = True) -> None:
         """Show ``graph`` (figures from ``ledger``); keep open groups that still exist."""
         fresh = self.tree is None or not keep_expanded
-        tree = self._tree_for(graph)
+        old_tree, touched = self.tree, None
+        if not fresh and self.graph is not None:
+            change = graph_diff.changes(self.graph, graph)
+            touched = change.touched | graph_diff.refigured(self.ledger, ledger, graph.nodes)
+        tree = self._tree_for(graph, touched)
         self.graph, self.ledger, self.tree = graph, ledger, tree
         self.expanded = tree.initial_expansion() if fresh else {k for k in self.expanded if k in tree.groups}
+        self._stale = None if touched is None else _stale_keys(old_tree, tree, touched)
         self._fit_next = self._fit_next or fresh
         self.relayout()
 
-    def _tree_for(self, graph: Graph) -> ScopeTree:
-        """The scope tree of ``graph`` (cached per graph object: undo and redo return to old graphs)."""
-        key = (id(graph), tuple(sorted(self.tree_options.items())))
+    def _tree_for(self, graph: Graph, touched: set[str] | None = None) -> ScopeTree:
+        """The scope tree of ``graph`` (cached per graph object: undo and redo return to old graphs);
+        updated from the current tree when only ``touched`` kernels differ from its graph."""
+        options = tuple(sorted(self.tree_options.items()))
+        key = (id(graph), options)
         hit = self._trees.get(key)
         if hit is not None and hit[0] is graph:
             self._trees.move_to_end(key)
             return hit[1]
-        tree = ScopeTree(graph, **self.tree_options)
+        if touched is not None and self.tree is not None and self._tree_options == options:
+            tree = self.tree.updated(graph, touched)
+        else:
+            tree = ScopeTree(graph, **self.tree_options)
+        self._tree_options = options
         self._trees[key] = (graph, tree)
         while len(self._trees) > 32:
             self._trees.popitem(last=False)
@@ -148,9 +167,11 @@ class QtGraphView(QGraphicsView):
     def _draw(self, placement: Placement) -> None:
         self._drawing = True
         try:
-            self.scene().sync(placement, self.tree, self.graph, self.ledger)
+            self.scene().sync(placement, self.tree, self.graph, self.ledger, self._stale)
         finally:
             self._drawing = False
+        self._stale = set()                         # drawn: later redraws (layouts, expanding) keep the text
+        self.sceneUpdated.emit()
         self.placement = placement
         self._apply_marks()
         self._apply_heat()
@@ -213,6 +234,7 @@ class QtGraphView(QGraphicsView):
                     per_item.setdefault(self.tree.visible(ident, self.expanded), set()).add(kind)
         for key, item in self.boxes.items():
             item.set_marks(per_item.get(key, set()))
+        self.sceneUpdated.emit()
 
     def set_heatmap(self, scale: str | None) -> None:
         """Colour boxes by the heat metric (``linear``/``log``/``rank``), or by pass (None)."""
@@ -246,6 +268,7 @@ class QtGraphView(QGraphicsView):
         counted = sum(1 for i in self.graph.nodes if i in kernels)
         self.legend.set_values(values, self.heat_scale, f"bytes moved per box · {self.heat_scale} scale · "
                                                         f"{counted} of {len(self.graph.nodes)} kernels counted")
+        self.sceneUpdated.emit()
         self._place_legend()
 
     def _apply_time_heat(self) -> None:
@@ -306,9 +329,11 @@ class QtGraphView(QGraphicsView):
         for item in self.scene().items(pos):
             if isinstance(item, QtBoxItem) and item.is_group:
                 self.expand(item.key)
+                self.groupToggled.emit(item.key, True)
                 return
             if isinstance(item, QtFrameItem) and item.in_title(pos):
                 self.collapse(item.key)
+                self.groupToggled.emit(item.key, False)
                 return
         super().mouseDoubleClickEvent(event)
 
@@ -338,6 +363,7 @@ class QtGraphView(QGraphicsView):
         scale = self.transform().m11() * factor
         if 0.01 <= scale <= 8.0:
             self.scale(factor, factor)
+            self.zoomed.emit(factor)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -350,3 +376,10 @@ class QtGraphView(QGraphicsView):
 
 def _human_us(us: float) -> str:
     return human_seconds(us * 1e-6)
+
+def _stale_keys(old: ScopeTree | None, new: ScopeTree, touched: set[str]) -> set[str] | None:
+    """Boxes whose text may differ from ``old``: touched kernels and the groups not shared with ``old``
+    (a group is shared only when nothing below it changed; see ``ScopeTree.updated``)."""
+    if old is None:
+        return None
+    return touched | {k for k, g in new.groups.items() if old.groups.get(k) is not g}

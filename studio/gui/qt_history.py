@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from PySide6.QtGui import QUndoStack
 from shiboken6 import isValid
-from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QLabel, QPushButton, QUndoView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QPushButton, QUndoView, QVBoxLayout, QWidget
+
+from studio.gui.qt_text import QtTextLine
 
 
 class QtHistoryDock(QDockWidget):
@@ -18,7 +20,7 @@ class QtHistoryDock(QDockWidget):
         self.stack = stack
         self.view = QUndoView(stack)
         self.view.setEmptyLabel("(imported graph)")
-        self.label = QLabel()
+        self.label = QtTextLine()                  # a QLabel would re-lay out the whole window per step
         self.original = QPushButton("Revert to original")
         self.original.clicked.connect(lambda: stack.setIndex(0))
         body = QWidget()
@@ -37,7 +39,7 @@ class QtHistoryDock(QDockWidget):
     def _update(self, *_args) -> None:
         if not isValid(self.stack):                 # the window is being destroyed
             return
-        self.label.setText(f"step {self.stack.index()} of {self.stack.count()}")
+        self.label.set_text(f"step {self.stack.index()} of {self.stack.count()}")
         self.original.setEnabled(self.stack.index() > 0)
 
     def revert_to(self, step: int) -> None:

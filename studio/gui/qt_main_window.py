@@ -20,7 +20,7 @@ from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMainWindow, QToolBar, QWidget
 
 from ir.errors import StudioError
-from studio.gui import qt_dialogs, qt_menus
+from studio.gui import graph_diff, qt_dialogs, qt_menus
 from studio.gui.commands import ApplyCommand, step_text
 from studio.gui.loading import Opened, needs_training, open_session
 from studio.gui.qt_find import QtFindBar
@@ -62,6 +62,7 @@ class QtMainWindow(QMainWindow):
         self.tasks: set[QtTask] = set()
         self.peak_cache: OrderedDict = OrderedDict()
         self.messages: list = []
+        self.compare_window = None
         self.refresh_suspended = False
         self.stack = QUndoStack(self)
         timeout = layout_timeout_s or float(self.settings.value("layoutTimeout", 20.0))
@@ -202,15 +203,22 @@ class QtMainWindow(QMainWindow):
         if self._unsubscribe is not None:
             self._unsubscribe()
         self.marker.set(session.model_path if session.autosave_enabled else None)
+        self._close_compare()                      # it compares the steps of the old session
         self.session = session
         self.stack.clear()
         for step in session.steps[: session.cursor]:
             self.stack.push(ApplyCommand(session, step.transformation, step.anchors, step.params, done=True))
-        self._unsubscribe = session.subscribe(lambda event, payload: self._refresh_timer.start())
+        self._unsubscribe = session.subscribe(self._on_session_event)
         self.setWindowTitle(f"dcstudio — {session.model_name}")
         self.view.tree = None
         self.profiling.reset()
         self.refresh()
+
+    def _on_session_event(self, event: str, payload) -> None:
+        s = self.session
+        if event in ("applied", "redone") and s is not None and s.cursor > 0:
+            graph_diff.hint(s.graph_at(s.cursor - 1), s.graph, payload)   # the view and table update just that
+        self._refresh_timer.start()
 
     # --- refresh ------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -402,6 +410,23 @@ class QtMainWindow(QMainWindow):
             self.view.layout_timeout_s = value
             self.settings.setValue("layoutTimeout", value)
 
+    def show_compare(self, step: int = 0):
+        """The Compare window: step ``step`` (default the original) beside the current graph."""
+        from studio.gui.qt_compare import QtCompareWindow
+        if self.session is None:
+            self.say("Open a model first: Compare shows a history step beside the current graph", error=True)
+            return None
+        self._close_compare()
+        self.compare_window = QtCompareWindow(self.session, self, step, self.view.layout_timeout_s)
+        self.compare_window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.compare_window.show()
+        return self.compare_window
+
+    def _close_compare(self) -> None:
+        if self.compare_window is not None and _alive(self.compare_window):
+            self.compare_window.close()
+        self.compare_window = None
+
     def show_palette(self) -> QtCommandPalette:
         palette = QtCommandPalette([a for a in self.actions() if a.text()], self)
         palette.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -453,6 +478,7 @@ class QtMainWindow(QMainWindow):
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("windowState", self.saveState())
         self.settings.sync()
+        self._close_compare()
         mine = list(self.tasks) + ([self.view.task] if self.view.task else [])
         for task in mine:
             task.cancel()

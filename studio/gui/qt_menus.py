@@ -1,9 +1,9 @@
 """Menus, actions and shortcuts of the main window, and the recent-files list in QSettings.
 
 Every user command is a QAction here (so the command palette lists it). Actions
-whose feature is not built yet (the side-by-side compare) are present but disabled,
-with a tooltip and status tip saying why. The Tools menu drives the Timings dock
-(``qt_profiling``).
+whose feature is not built yet are present but disabled, with a tooltip and status tip
+saying why (none at the moment). The Tools menu drives the Timings dock (``qt_profiling``);
+View → Compare with… opens the Compare window (``qt_compare``).
 """
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
     a.collapse_all = _action(w, "Collapse all groups", w.collapse_all)
     a.expand_selected = _action(w, "Open selected groups", w.expand_selected, "+")
     a.timeout = _action(w, "Layout timeout…", w.choose_layout_timeout)
-    a.compare = _disabled(w, "Compare with original…", "Side-by-side compare is not built yet")
+    a.compare = _action(w, "&Compare with…", w.show_compare, "Ctrl+D",
+                        "Side by side: the current graph against the original or any history step")
     _timing_actions(w, a)
     a.about = _action(w, "&About dcstudio", w.show_about)
     heat = QActionGroup(w)

@@ -2,7 +2,9 @@
 
 The header shows bytes moved, the compulsory lower bound, their ratio, FLOPs and
 peak memory. The table (a model over the session's ``Ledger``, sorted on the raw
-numbers) has one row per kernel; selecting rows emits
+numbers) has one row per kernel; after an apply, undo or revert only the rows of the
+kernels that differ (``graph_diff``) are removed and inserted in place, and the share
+column is refreshed (the view repaints only the visible cells that changed); selecting rows emits
 ``selectionChangedIds`` and ``select_ids`` follows the graph view's selection.
 ``QtTrendPlot`` draws bytes after each history step (QPainter, no plotting library)
 with the bound as a dashed line and the current step marked.
@@ -17,10 +19,15 @@ from PySide6.QtWidgets import QAbstractItemView, QDockWidget, QSplitter, QTableV
 from ir.graph import Graph
 from ir.movement import Ledger
 from studio.cli import human_bytes, human_count
+from studio.gui import graph_diff
 from studio.gui.describe import kernel_title
 from studio.gui.qt_text import QtTextLine
 
 COLUMNS = ("kernel", "op", "read", "written", "bytes", "FLOPs", "FLOP/B", "share")
+_DISPLAY, _ALIGN = int(Qt.ItemDataRole.DisplayRole), int(Qt.ItemDataRole.TextAlignmentRole)
+_SORT = int(Qt.ItemDataRole.UserRole)
+_RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+_ASCENDING = Qt.SortOrder.AscendingOrder
 
 
 class QtKernelModel(QAbstractTableModel):
@@ -33,17 +40,51 @@ class QtKernelModel(QAbstractTableModel):
         super().__init__()
         self.rows: list[tuple] = []
         self.order = (4, Qt.SortOrder.DescendingOrder)
+        self.graph: Graph | None = None
 
     def set_graph(self, graph: Graph, ledger: Ledger) -> None:
+        """Show ``graph``: only the rows that differ from the graph shown now change (a reset otherwise)."""
+        if self.graph is not None and self.graph is not graph and self.rows:
+            change = graph_diff.changes(self.graph, graph)
+            if len(change.touched) <= max(16, len(self.rows) // 8):
+                self._update(graph, ledger, change)
+                return
         self.beginResetModel()
         total = ledger.total.bytes or 1
-        self.rows = []
-        for ident, node in graph.nodes.items():
-            e = ledger.kernels[ident]
-            self.rows.append((ident, kernel_title(node), e.bytes_read, e.bytes_written, e.bytes, e.flops,
-                              e.intensity, e.bytes / total))
+        self.rows = [_row(node, ledger, total) for node in graph.nodes.values()]
+        self.graph = graph
         self._sort()
         self.endResetModel()
+
+    def _update(self, graph: Graph, ledger: Ledger, change: graph_diff.GraphDiff) -> None:
+        gone = set(change.removed) | set(change.changed)
+        for k in reversed([k for k, r in enumerate(self.rows) if r[0] in gone]):
+            self.beginRemoveRows(QModelIndex(), k, k)
+            del self.rows[k]
+            self.endRemoveRows()
+        total = ledger.total.bytes or 1
+        for ident in change.added + change.changed:
+            row = _row(graph.nodes[ident], ledger, total)
+            k = self._position(row)
+            self.beginInsertRows(QModelIndex(), k, k)
+            self.rows.insert(k, row)
+            self.endInsertRows()
+        self.rows = [r[:7] + (r[4] / total,) for r in self.rows]
+        self.graph = graph
+        if self.rows:
+            self.dataChanged.emit(self.index(0, 7), self.index(len(self.rows) - 1, 7), [_DISPLAY])
+
+    def _position(self, row: tuple) -> int:
+        """Where ``row`` goes in the sorted rows (after equal ones)."""
+        column, order = self.order
+        v, lo, hi = row[column], 0, len(self.rows)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if (self.rows[mid][column] <= v) if order == _ASCENDING else (self.rows[mid][column] >= v):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
         self.layoutAboutToBeChanged.emit()
@@ -67,17 +108,22 @@ class QtKernelModel(QAbstractTableModel):
         return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        row = self.rows[index.row()]
-        v = row[index.column()]
-        if role == self.SORT_ROLE:
-            return v
-        if role == Qt.ItemDataRole.DisplayRole:
+        role = int(role)                             # called for every visible cell and role: keep it short
+        if role == _DISPLAY:
             c = index.column()
+            v = self.rows[index.row()][c]
             return (v if c < 2 else human_bytes(v) if c < 5 else human_count(v) if c == 5
                     else f"{v:.2f}" if c == 6 else f"{100 * v:.1f} %")
-        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() >= 2:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == _ALIGN:
+            return _RIGHT if index.column() >= 2 else None
+        if role == _SORT:
+            return self.rows[index.row()][index.column()]
         return None
+
+
+def _row(node, ledger: Ledger, total: int) -> tuple:
+    e = ledger.kernels[node.id]
+    return (node.id, kernel_title(node), e.bytes_read, e.bytes_written, e.bytes, e.flops, e.intensity, e.bytes / total)
 
 
 class QtTrendPlot(QWidget):

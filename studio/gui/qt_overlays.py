@@ -2,14 +2,15 @@
 
 ``QtLegend`` sits in the view's bottom-left corner: a colour bar with tick values,
 the scale and what is measured ("bytes moved per kernel · log · 309 of 309
-kernels"). ``QtMinimap`` shows the whole scene small, with the main view's visible
-area as a rectangle; clicking or dragging in it moves the main view.
+kernels"). ``QtMinimap`` shows the whole scene small (a pixmap rendered once the
+scene is still), with the main view's visible area as a rectangle; clicking or
+dragging in it moves the main view.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QLinearGradient, QPainter, QPen
-from PySide6.QtWidgets import QFrame, QGraphicsView, QWidget
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QLinearGradient, QPainter, QPen, QPixmap
+from PySide6.QtWidgets import QGraphicsView, QWidget
 
 from studio.cli import human_bytes
 from studio.gui.heatmap import RAMP, legend
@@ -59,45 +60,92 @@ class QtLegend(QWidget):
             p.drawText(box, align, self.fmt(v))
 
 
-class QtMinimap(QGraphicsView):
-    """The whole scene, small, with the main view's visible area (see the module docstring)."""
+class QtMinimap(QWidget):
+    """The whole scene, small, with the main view's visible area (see the module docstring).
 
-    def __init__(self, view: QGraphicsView, parent: QWidget | None = None) -> None:
-        super().__init__(view.scene(), parent)
+    The scene is rendered into a pixmap when it has been still for ``delay_ms`` (and the
+    minimap is visible), so edits do not pay for a second rendering of every item; the
+    visible-area rectangle follows scrolling and zooming at once."""
+
+    def __init__(self, view: QGraphicsView, parent: QWidget | None = None, delay_ms: int = 200) -> None:
+        super().__init__(parent)
         self.view = view
-        self.setInteractive(False)
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.pixmap: QPixmap | None = None
+        self.source = QRectF()                    # the scene rectangle the pixmap shows
+        self.target = QRectF()                    # where it is drawn
+        self.stale = True
         self.setMinimumSize(120, 120)
-        self.setBackgroundBrush(QColor("#fbfbfb"))
+        self.timer = QTimer(self, singleShot=True, interval=delay_ms)
+        self.timer.timeout.connect(self.render_scene)
         for bar in (view.horizontalScrollBar(), view.verticalScrollBar()):
-            bar.valueChanged.connect(self.viewport().update)
-        view.scene().sceneRectChanged.connect(lambda _r: self.fit())
+            bar.valueChanged.connect(self.update)
+        view.sceneUpdated.connect(self.schedule)   # not QGraphicsScene.changed: that slows every view update
 
-    def fit(self) -> None:
-        self.fitInView(self.sceneRect(), Qt.AspectRatioMode.KeepAspectRatio)
-        self.viewport().update()
+    def schedule(self, *_args) -> None:
+        self.stale = True
+        self.timer.start()
+
+    def render_scene(self) -> None:
+        """Render the scene into the pixmap now (when visible; otherwise on show)."""
+        if not self.isVisible() or self.width() < 2 or self.height() < 2:
+            return
+        scene = self.view.scene()
+        self.source = scene.sceneRect()
+        scale = min(self.width() / max(1.0, self.source.width()), self.height() / max(1.0, self.source.height()))
+        w, h = self.source.width() * scale, self.source.height() * scale
+        self.target = QRectF((self.width() - w) / 2, (self.height() - h) / 2, w, h)
+        pix = QPixmap(self.size())
+        pix.fill(QColor("#fbfbfb"))
+        p = QPainter(pix)
+        scene.render(p, self.target, self.source, Qt.AspectRatioMode.IgnoreAspectRatio)
+        p.end()
+        self.pixmap, self.stale = pix, False
+        self.update()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self.stale:
+            self.render_scene()
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        self.fit()
+        self.schedule()
 
-    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
-        seen = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
-        pen = QPen(QColor("#d62728"), 0)
-        pen.setCosmetic(True)
-        pen.setWidth(2)
-        painter.setPen(pen)
-        painter.setBrush(QColor(214, 39, 40, 30))
-        painter.drawRect(seen)
+    def _to_scene(self, pos) -> QPointF:
+        if self.target.width() <= 0 or self.target.height() <= 0:
+            return self.source.center()
+        sx = self.source.width() / self.target.width()
+        sy = self.source.height() / self.target.height()
+        return QPointF(self.source.left() + (pos.x() - self.target.left()) * sx,
+                       self.source.top() + (pos.y() - self.target.top()) * sy)
+
+    def _from_scene(self, rect: QRectF) -> QRectF:
+        if self.source.width() <= 0 or self.source.height() <= 0:
+            return QRectF()
+        sx = self.target.width() / self.source.width()
+        sy = self.target.height() / self.source.height()
+        return QRectF(self.target.left() + (rect.left() - self.source.left()) * sx,
+                      self.target.top() + (rect.top() - self.source.top()) * sy, rect.width() * sx, rect.height() * sy)
+
+    def seen_rect(self) -> QRectF:
+        """The main view's visible area, in minimap coordinates."""
+        return self._from_scene(self.view.mapToScene(self.view.viewport().rect()).boundingRect())
+
+    def paintEvent(self, event) -> None:
+        p = QPainter(self)
+        p.fillRect(self.rect(), QColor("#fbfbfb"))
+        if self.pixmap is not None:
+            p.drawPixmap(0, 0, self.pixmap)
+        pen = QPen(QColor("#d62728"), 2)
+        p.setPen(pen)
+        p.setBrush(QColor(214, 39, 40, 30))
+        p.drawRect(self.seen_rect())
 
     def mousePressEvent(self, event) -> None:
-        self.view.centerOn(self.mapToScene(event.position().toPoint()))
+        self.view.centerOn(self._to_scene(event.position()))
+        self.update()
 
     def mouseMoveEvent(self, event) -> None:
         if event.buttons() & Qt.MouseButton.LeftButton:
-            self.view.centerOn(self.mapToScene(event.position().toPoint()))
-
-    def wheelEvent(self, event) -> None:
-        event.ignore()
+            self.view.centerOn(self._to_scene(event.position()))
+            self.update()

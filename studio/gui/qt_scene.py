@@ -4,7 +4,7 @@
 whose key, geometry and text are unchanged stays (moved with ``setPos`` when only
 its position changed), others are replaced, and items whose keys are gone are
 removed. After applying a transformation only the touched kernels and their edges
-are rebuilt, so the view repaints only that region (rebuilding the whole scene
+are rebuilt (and only the boxes the view names *stale* get their labels again), so the view repaints only that region (rebuilding the whole scene
 costs tens of milliseconds on the BERT layer, and repaints everything).
 """
 from __future__ import annotations
@@ -28,11 +28,13 @@ class QtGraphScene(QGraphicsScene):
         self.frames: dict[str, QtFrameItem] = {}
         self.edge_items: dict[tuple[str, str, str], QtEdgeItem] = {}
 
-    def sync(self, placement: Placement, tree: ScopeTree, graph: Graph, ledger: Ledger) -> None:
-        """Make the items match ``placement`` (see the module docstring)."""
+    def sync(self, placement: Placement, tree: ScopeTree, graph: Graph, ledger: Ledger,
+             stale: set[str] | None = None) -> None:
+        """Make the items match ``placement`` (see the module docstring). Only boxes in ``stale`` (all
+        when None) and new or resized ones get their text again."""
         self._sync_frames(placement, tree)
         self._sync_edges(placement, tree)
-        self._sync_boxes(placement, tree, graph, ledger)
+        self._sync_boxes(placement, tree, graph, ledger, stale)
         m = 60.0
         rect = QRectF(-m, -m, placement.width + 2 * m, placement.height + 2 * m)
         if rect != self.sceneRect():
@@ -70,13 +72,17 @@ class QtGraphScene(QGraphicsScene):
         for item in old.values():
             self.removeItem(item)
 
-    def _sync_boxes(self, placement: Placement, tree: ScopeTree, graph: Graph, ledger: Ledger) -> None:
+    def _sync_boxes(self, placement: Placement, tree: ScopeTree, graph: Graph, ledger: Ledger,
+                    stale: set[str] | None) -> None:
         old, self.boxes = self.boxes, {}
         for b in placement.boxes.values():
             rect = QRectF(b.x, b.y, b.w, b.h)
-            title, subtitle = box_text(graph, tree, ledger, b.key)
-            pass_, is_group = tree.passes.get(b.key), tree.is_group(b.key)
             item = old.pop(b.key, None)
+            if item is None or stale is None or b.key in stale or item.rect.size() != rect.size():
+                title, subtitle = box_text(graph, tree, ledger, b.key)
+            else:
+                title, subtitle = item.title, item.subtitle
+            pass_, is_group = tree.passes.get(b.key), tree.is_group(b.key)
             if item is None or (item.rect.size(), item.title, item.subtitle, item.pass_, item.is_group) != \
                     (rect.size(), title, subtitle, pass_, is_group):
                 selected = item is not None and item.isSelected()

@@ -8,19 +8,31 @@ A kernel's *scope path* comes from its name (``scope_path``):
 - ``fused:/layer/output/Add/expanded`` → ``layer/output/Add`` (lower-case provenance
   prefixes such as ``fused:`` are dropped, so derived kernels stay in their scope).
 
-Groups with one child are replaced by that child (no singleton boxes; a group
-keeps the joined label, ``intermediate/dense``), and a group
-with more than ``max_children`` children is split into chunks of about ``chunk``
-children each (by pass, in topological order), repeatedly, so that no layout is
-ever asked for more than ``max_children`` items. Every data dependency between two
-kernels becomes an *aggregated edge* in the lowest group holding both, between the
-two children of that group that contain them (``edges``), carrying the containers.
+The *raw* tree has one group per scope path (``group:`` + the path), children in the
+order of their first kernel. Each raw group is then *realized* bottom-up: a group with
+one child is replaced by that child (no singleton boxes; a group keeps the joined
+label, ``intermediate/dense``), and a group with more than ``max_children`` children
+is split into chunks of about ``chunk`` children each (by pass, in topological
+order), repeatedly, so that no layout is ever asked for more than ``max_children``
+items. Every data dependency between two kernels becomes an *aggregated edge* in the
+lowest group holding both, between the two children of that group that contain them
+(``edges``), carrying the containers.
+
+``tree.updated(graph, touched)`` is the tree of the next graph (after an apply, undo,
+redo or revert) when only the kernels ``touched`` differ (removed, added or changed,
+``graph_diff.touched``): a raw group with no touched kernel (and no kernel whose pass
+changed) below it realizes exactly as before, so its groups, passes and inner edges
+are reused, and only the groups on the touched kernels' paths are realized again.
+The result equals ``ScopeTree(graph)`` (tested). A tree is never changed after it is
+built: trees of earlier graphs stay valid (and share the reused groups).
 No Qt here: the view reads this tree.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Iterable
 
 from ir.graph import Graph
 from studio.gui.passes import Pass, classify
@@ -32,6 +44,7 @@ _PROVENANCE = re.compile(r"^(?:[a-z_]+:(?!:))+")
 _DOTTED = re.compile(r"^(?:[A-Za-z_]\w*:(?!:))?(\w+(?:\.\w+)+)$")
 
 
+@lru_cache(maxsize=200_000)
 def scope_path(name: str) -> tuple[tuple[str, ...], str]:
     """``(scope segments, leaf label)`` of a kernel name (see the module docstring)."""
     segs = [s for s in _PROVENANCE.sub("", name).split("/") if s]
@@ -48,6 +61,15 @@ def scope_path(name: str) -> tuple[tuple[str, ...], str]:
     return tuple(path + parts[:-1]), parts[-1]
 
 
+def raw_ancestors(raw_key: str) -> Iterable[str]:
+    """``raw_key`` and the raw groups above it, up to the root (raw keys are scope paths)."""
+    key = raw_key
+    while key != ROOT:
+        yield key
+        key = key.rsplit("/", 1)[0] if "/" in key[len(ROOT):] else ROOT
+    yield ROOT
+
+
 @dataclass
 class Group:
     key: str
@@ -58,118 +80,190 @@ class Group:
     pass_: Pass | None = None        # the one pass of all its kernels, None when mixed
 
 
-class ScopeTree:
-    """Groups, parents, passes and aggregated edges of one graph (see the module docstring)."""
+class _Raw:
+    """The raw tree of a graph: one group per scope path, children in first-kernel order."""
 
-    def __init__(self, graph: Graph, *, max_children: int = MAX_CHILDREN, chunk: int = CHUNK) -> None:
-        self.passes: dict[str, Pass | None] = dict(classify(graph))
-        self.groups: dict[str, Group] = {ROOT: Group(ROOT, graph.name, None)}
-        self.parent: dict[str, str] = {}
-        self.order = {ident: k for k, ident in enumerate(graph.nodes)}
+    def __init__(self, graph: Graph) -> None:
+        self.children: dict[str, list[str]] = {ROOT: []}
+        self.label: dict[str, str] = {ROOT: graph.name}
+        self.parent: dict[str, str] = {}             # kernel -> its raw group
         self.leaf_label: dict[str, str] = {}
         for node in graph.nodes.values():
             path, leaf = scope_path(node.name or node.id)
             self.leaf_label[node.id] = leaf
-            self._attach(node.id, self._group_for(path))
-        self._compress(ROOT)
-        self._chunk_all(max_children, chunk)
-        self._summarize(ROOT)
-        self.chain = {item: self._chain(item) for item in self.parent}
-        self.edges: dict[str, dict[tuple[str, str], list[str]]] = {}
-        self._aggregate(graph)
+            key = self._group_for(path)
+            self.parent[node.id] = key
+            self.children[key].append(node.id)
 
-    # --- building ---------------------------------------------------------------------
     def _group_for(self, path: tuple[str, ...]) -> str:
         key = ROOT
         for k in range(len(path)):
             child = ROOT + "/".join(path[: k + 1])
-            if child not in self.groups:
-                self.groups[child] = Group(child, path[k], key)
-                self._attach(child, key)
+            if child not in self.children:
+                self.children[child] = []
+                self.label[child] = path[k]
+                self.children[key].append(child)
             key = child
         return key
 
-    def _attach(self, item: str, group: str) -> None:
-        self.parent[item] = group
-        self.groups[group].children.append(item)
 
-    def _compress(self, key: str) -> None:
-        """Replace every non-root group that has a single child by that child."""
-        g = self.groups[key]
-        for k, child in enumerate(list(g.children)):
-            while child in self.groups and len(self.groups[child].children) == 1:
-                gone = self.groups.pop(child)
-                del self.parent[child]
-                only = gone.children[0]
-                if only in self.groups:
-                    self.groups[only].label = f"{gone.label}/{self.groups[only].label}"
-                g.children[k] = only
-                self.parent[only] = key
-                child = only
-            if child in self.groups:
-                self._compress(child)
+class ScopeTree:
+    """Groups, parents, passes and aggregated edges of one graph (see the module docstring)."""
+
+    def __init__(self, graph: Graph, *, max_children: int = MAX_CHILDREN, chunk: int = CHUNK,
+                 _reuse: tuple["ScopeTree", set[str]] | None = None) -> None:
+        self.max_children, self.chunk = max_children, chunk
+        self.passes: dict[str, Pass | None] = dict(classify(graph))
+        self.order = {ident: k for k, ident in enumerate(graph.nodes)}
+        raw = _Raw(graph)
+        self.leaf_label, self.raw_parent = raw.leaf_label, raw.parent
+        self.groups: dict[str, Group] = {}
+        self.parent: dict[str, str] = {}
+        self.realized: dict[str, str] = {}           # raw group -> the item standing for it
+        self.own_label: dict[str, str] = {}          # raw group -> that item's label, before parents join theirs
+        self._inside: dict[str, str] = {}            # kernel -> the reused fragment holding it
+        self._reused_groups: list[str] = []
+        old, dirty = self._dirty(raw, _reuse)
+        self._realize(raw, ROOT, old, dirty)
+        self.chain: dict[str, tuple[str, ...]] = {}
+        self._chains()
+        self.edges: dict[str, dict[tuple[str, str], list[str]]] = {}
+        self._aggregate(graph, old)
+
+    def updated(self, graph: Graph, touched: Iterable[str]) -> "ScopeTree":
+        """The tree of ``graph``, which differs from this tree's graph only in the kernels ``touched``."""
+        return ScopeTree(graph, max_children=self.max_children, chunk=self.chunk, _reuse=(self, set(touched)))
+
+    # --- what can be reused ------------------------------------------------------------
+    def _dirty(self, raw: _Raw, reuse) -> tuple["ScopeTree | None", set[str]]:
+        """The old tree and the raw groups to realize again (all of them without an old tree)."""
+        if reuse is None:
+            return None, set(raw.children)
+        old, touched = reuse
+        touched = touched | {i for i, p in self.passes.items() if old.passes.get(i, p) != p}
+        kept_new = [i for i in self.order if i not in touched]
+        kept_old = [i for i in old.order if i not in touched]
+        if kept_new != kept_old:                     # untouched kernels moved: realize everything
+            return None, set(raw.children)
+        dirty: set[str] = set()
+        for ident in touched:
+            for p in (raw.parent.get(ident), old.raw_parent.get(ident)):
+                if p is not None:
+                    dirty.update(raw_ancestors(p))
+        return old, dirty
+
+    def _reused(self, old: "ScopeTree", raw: _Raw, raw_key: str) -> str:
+        """Take the realized fragment of clean raw group ``raw_key`` from ``old``; the item standing for it.
+        Its groups are shared with ``old``, except the top one (copied: its label and parent may change)."""
+        top = old.realized[raw_key]
+        stack = [top]
+        while stack:
+            item = stack.pop()
+            if item not in old.groups:
+                self._inside[item] = top
+                continue
+            g = old.groups[item]
+            self.groups[item] = g if item != top else replace(g, label=old.own_label[raw_key], parent=None)
+            self.passes[item] = g.pass_
+            self._reused_groups.append(item)
+            for c in g.children:
+                self.parent[c] = item
+            stack.extend(g.children)
+        inner = [raw_key]
+        while inner:                                 # the raw groups inside: how they were realized
+            key = inner.pop()
+            self.realized[key], self.own_label[key] = old.realized[key], old.own_label[key]
+            inner.extend(c for c in raw.children[key] if c in raw.children)
+        return top
+
+    # --- realizing ----------------------------------------------------------------------
+    def _realize(self, raw: _Raw, key: str, old: "ScopeTree | None", dirty: set[str]) -> str:
+        """Realize raw group ``key`` (see the module docstring); the item standing for it."""
+        items = []
+        for child in raw.children[key]:
+            if child not in raw.children:
+                items.append(child)
+            elif old is not None and child not in dirty:
+                items.append(self._reused(old, raw, child))
+            else:
+                items.append(self._realize(raw, child, old, dirty))
+        if key != ROOT and len(items) == 1:
+            only = items[0]
+            if only in self.groups:
+                label = f"{raw.label[key]}/{self.groups[only].label}"
+                self.groups[only].label = label
+                self.own_label[key] = label
+            else:
+                self.own_label[key] = self.leaf_label[only]
+            self.realized[key] = only
+            return only
+        self.groups[key] = Group(key, raw.label[key], None, items)
+        for item in items:
+            self.parent[item] = key
+        level = 0
+        while len(self.groups[key].children) > self.max_children:
+            level += 1
+            self._chunk(key, level)
+        self._summarize(key)
+        self.realized[key], self.own_label[key] = key, raw.label[key]
+        return key
 
     def _first(self, item: str) -> int:
         while item in self.groups:
             item = self.groups[item].children[0]
         return self.order[item]
 
-    def _chunk_all(self, max_children: int, chunk: int) -> None:
-        for key in list(self.groups):
-            level = 0
-            while len(self.groups[key].children) > max_children:
-                level += 1
-                self._chunk(key, chunk, level)
-
-    def _chunk(self, key: str, chunk: int, level: int) -> None:
+    def _chunk(self, key: str, level: int) -> None:
         g = self.groups[key]
-        items = sorted(g.children, key=self._first)
         by_pass: dict[str, list[str]] = {}
-        for item in items:
-            p = self._item_pass(item)
+        for item in sorted(g.children, key=self._first):
+            p = self.passes[item]
             by_pass.setdefault(p.value if p else "mixed", []).append(item)
         g.children = []
         for pname, members in by_pass.items():
-            n = -(-len(members) // chunk)
+            n = -(-len(members) // self.chunk)
             for k in range(n):
                 part = members[k * len(members) // n:(k + 1) * len(members) // n]
                 ckey = f"{key}/#{level}.{pname}.{k}"
                 label = f"{pname} {k * len(members) // n + 1}–{(k + 1) * len(members) // n}"
-                self.groups[ckey] = Group(ckey, label, key)
-                self._attach(ckey, key)
+                self.groups[ckey] = Group(ckey, label, key, part)
+                g.children.append(ckey)
+                self.parent[ckey] = key
                 for item in part:
-                    self._attach(item, ckey)
+                    self.parent[item] = ckey
+                self._summarize(ckey)
 
-    def _item_pass(self, item: str) -> Pass | None:
-        if item not in self.groups:
-            return self.passes[item]
-        kinds = {self._item_pass(c) for c in self.groups[item].children}
-        return kinds.pop() if len(kinds) == 1 else None
-
-    def _summarize(self, key: str) -> tuple[int, set]:
+    def _summarize(self, key: str) -> None:
+        """Size and pass of group ``key`` from its (realized) children."""
         g = self.groups[key]
-        size, kinds = 0, set()
-        for child in g.children:
-            if child in self.groups:
-                n, k = self._summarize(child)
-            else:
-                n, k = 1, {self.passes[child]}
-            size, kinds = size + n, kinds | k
-        g.size, g.pass_ = size, (next(iter(kinds)) if len(kinds) == 1 else None)
+        kinds = {self.passes[c] for c in g.children}
+        g.size = sum(self.groups[c].size if c in self.groups else 1 for c in g.children)
+        g.pass_ = next(iter(kinds)) if len(kinds) == 1 else None
         self.passes[key] = g.pass_
-        return size, kinds
 
-    def _chain(self, item: str) -> tuple[str, ...]:
-        out = []
-        while item in self.parent:
-            item = self.parent[item]
-            out.append(item)
-        return tuple(reversed(out))
+    def _chains(self) -> None:
+        """``chain`` (the groups above each item, root first) and each group's ``parent``."""
+        stack = [ROOT]
+        while stack:
+            key = stack.pop()
+            up = self.chain.get(key, ()) + (key,)
+            for c in self.groups[key].children:
+                self.chain[c] = up
+                if c in self.groups:
+                    if self.groups[c].parent != key:  # never a shared group: those keep their parent
+                        self.groups[c].parent = key
+                    stack.append(c)
 
-    def _aggregate(self, graph: Graph) -> None:
+    # --- edges --------------------------------------------------------------------------
+    def _aggregate(self, graph: Graph, old: "ScopeTree | None") -> None:
+        """Aggregated edges; those with both ends in one reused fragment are the old ones."""
+        inside = self._inside
         for node in graph.nodes.values():
+            f = inside.get(node.id)
             for m in node.inputs:
                 if m is None or (p := graph.producer(m.container)) is None or p.id == node.id:
+                    continue
+                if f is not None and inside.get(p.id) == f:
                     continue
                 a, b = self.chain[p.id] + (p.id,), self.chain[node.id] + (node.id,)
                 k = 0
@@ -178,6 +272,9 @@ class ScopeTree:
                 names = self.edges.setdefault(a[k - 1], {}).setdefault((a[k], b[k]), [])
                 if m.container not in names:
                     names.append(m.container)
+        for key in self._reused_groups:
+            if key in old.edges:
+                self.edges[key] = old.edges[key]
 
     # --- queries ----------------------------------------------------------------------
     def is_group(self, item: str) -> bool:

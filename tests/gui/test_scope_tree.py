@@ -76,3 +76,65 @@ def test_passes_of_the_bert_training_step(bert):
     assert passes["/layer/attention/self/Softmax_Grad/SoftmaxGrad_13_0"] is Pass.BACKWARD
     assert passes["Sub:layer.output.dense.weight.new"] is Pass.OPTIMIZER
     assert tree.groups["group:layer/output/dense/weight"].pass_ is None    # g*g is backward, m/v optimizer
+
+
+# --- incremental updates (ScopeTree.updated) ----------------------------------------------
+def tree_value(tree: ScopeTree) -> dict:
+    """Everything a tree holds, as plain values (groups compared field by field)."""
+    groups = {k: (g.label, g.parent, list(g.children), g.size, g.pass_) for k, g in tree.groups.items()}
+    return {"groups": groups, "parent": tree.parent, "chain": tree.chain, "edges": tree.edges,
+            "passes": tree.passes, "leaf_label": tree.leaf_label, "order": tree.order}
+
+
+def _varied_steps(session, n: int) -> None:
+    """Apply ``n`` steps, cycling through the transformations that apply (not just one kind)."""
+    from studio.gui.ranking import candidates
+    for k in range(n):
+        ok = [(t, m) for t, m in candidates(session.graph, None) if t.check(session.graph, m).ok]
+        kinds = sorted({t.name for t, _ in ok})
+        t, m = [(t, m) for t, m in ok if t.name == kinds[k % len(kinds)]][k // len(kinds) % 2 - 1]
+        session.apply(t.name, m.anchors, t.params())
+
+
+@pytest.mark.parametrize("options", [{}, {"max_children": 6, "chunk": 3}], ids=["default", "chunked"])
+def test_incremental_tree_equals_a_fresh_one_through_apply_undo_redo_revert(options):
+    from studio.gui import graph_diff
+    from studio.session import Session
+    s = Session.open(EXAMPLE, autosave=False)
+    shown, tree = s.graph, ScopeTree(s.graph, **options)
+    shared = 0
+
+    def follow(what: str) -> None:
+        nonlocal shown, tree, shared
+        new = tree.updated(s.graph, graph_diff.changes(shown, s.graph).touched)
+        assert tree_value(new) == tree_value(ScopeTree(s.graph, **options)), f"after {what}"
+        shared += sum(1 for k, g in new.groups.items() if tree.groups.get(k) is g)
+        shown, tree = s.graph, new
+
+    _varied_steps(s, 1)
+    follow("the first apply")
+    for k in range(2, 9):
+        _varied_steps(s, 1)
+        follow(f"apply {k}")
+    for what, act in [("undo", s.undo), ("undo", s.undo), ("redo", s.redo), ("revert to 2", lambda: s.revert_to(2)),
+                      ("redo", s.redo), ("revert to 0", lambda: s.revert_to(0)), ("revert to 8", lambda: s.revert_to(8))]:
+        act()
+        follow(what)
+    s.revert_to(3)
+    _varied_steps(s, 2)                              # a new branch drops the redo tail
+    follow("a new branch")
+    assert shared > 0                                # groups away from the touched kernels were reused, not rebuilt
+
+
+def test_an_untouched_tree_is_reused_and_a_touched_kernel_rebuilds_only_its_groups(bert):
+    g, tree = bert
+    same = tree.updated(g, set())
+    assert tree_value(same) == tree_value(tree)
+    below_top = [k for k in tree.groups if k != ROOT and tree.parent[k] != ROOT]
+    assert below_top and all(same.groups[k] is tree.groups[k] for k in below_top)   # top groups are copied
+    kernel = "/layer/attention/self/MatMul_1"
+    again = tree.updated(g, {kernel})
+    assert tree_value(again) == tree_value(tree)
+    assert all(again.groups[k] is not tree.groups[k] for k in tree.chain[kernel])   # realized again
+    inner = [k for k in tree.groups if k != ROOT and tree.chain[k][:3] == (ROOT, "group:layer", "group:layer/output")]
+    assert inner and all(again.groups[k] is tree.groups[k] for k in inner)          # elsewhere: shared

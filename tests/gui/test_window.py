@@ -34,8 +34,9 @@ def test_menus_and_shortcuts(window):
     assert keys == {"undo": QKeySequence("Ctrl+Z"), "redo": QKeySequence("Ctrl+Shift+Z"), "find": QKeySequence("Ctrl+F"),
                     "fit": QKeySequence("F"), "palette": QKeySequence("Ctrl+Shift+P")}
     assert a.open_model.shortcut() == QKeySequence(QKeySequence.StandardKey.Open)
-    for disabled in (a.compare,):
-        assert not disabled.isEnabled() and disabled.toolTip()
+    assert a.compare.shortcut() == QKeySequence("Ctrl+D") and a.export.shortcut() == QKeySequence("Ctrl+E")
+    for action in (a.compare, a.export, a.profile_all, a.profile_selection, a.export_trace):
+        assert action.isEnabled(), action.text()          # every feature is built: nothing is greyed out
 
 
 def test_command_palette_filters_and_triggers(qtbot, window):

@@ -1,0 +1,160 @@
+"""Side-by-side compare (issue 6, part 6): the diff record and counterparts (no Qt), then the Compare window:
+opened against step 0 after a few applies, its marks equal the diff, selection and zoom are mirrored."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+
+from studio.gui.compare import compare, counterpart, mirrored
+from studio.gui.graph_diff import diff
+from studio.gui.scope_tree import ScopeTree
+from studio.session import Session
+from tests.gui.conftest import EXAMPLE
+from transforms import engine
+from transforms.registry import create
+
+
+def _changing_step(graph):
+    """A (name, anchors, params) step that changes a kernel in place (same id: select_impl and the like)."""
+    from studio.gui.ranking import candidates
+    for t, m in candidates(graph, None):
+        if t.check(graph, m).ok and engine.preview(graph, t, m).changed:
+            return t.name, m.anchors, t.params()
+    raise AssertionError("no step changes a kernel in place")
+
+
+def _fuse(session, n: int) -> None:
+    mf = create("map_fusion")
+    for _ in range(n):
+        m = next(m for m in mf.matches(session.graph) if mf.check(session.graph, m).ok)
+        session.apply("map_fusion", m.anchors)
+
+
+@pytest.fixture(scope="module")
+def expanded():
+    s = Session.open(EXAMPLE, autosave=False)
+    for m in list(create("expand").matches(s.graph))[:60]:
+        s.apply("expand", m.anchors)
+    _fuse(s, 3)
+    s.apply(*_changing_step(s.graph))
+    return s
+
+
+def test_the_comparison_record(expanded):
+    s = expanded
+    c = compare(s.graph_at(0), s.graph, s.trend()[0], s.ledger.total.bytes)
+    added, removed, changed = engine.diff(s.graph_at(0), s.graph)
+    assert (c.diff.added, c.diff.removed, c.diff.changed) == (added, removed, changed)
+    assert c.left_marks == {"removed": set(removed), "changed": set(changed)}
+    assert c.right_marks == {"added": set(added), "changed": set(changed)}
+    text = c.summary()
+    assert text.startswith(f"{len(removed)} removed, {len(added)} added, {len(changed)} changed; bytes ")
+    assert "→" in text and removed and added
+
+
+def test_counterparts_by_id_else_by_scope_group(expanded):
+    s = expanded
+    left, right = ScopeTree(s.graph_at(0)), ScopeTree(s.graph)
+    d = diff(s.graph_at(0), s.graph)
+    kept = next(i for i in s.graph.nodes if i in s.graph_at(0).nodes)
+    assert counterpart(kept, left, right) == kept
+    gone = d.removed[0]                              # only on the left: its scope group on the right
+    there = counterpart(gone, left, right)
+    assert there is not None and there not in s.graph_at(0).nodes
+    assert right.is_group(there) or there in s.graph.nodes
+    assert left.raw_parent[gone].startswith(there) or there in right.members(there)
+    assert counterpart("group:layer", left, right) == "group:layer"
+    group = right.parent[there] if there in s.graph.nodes else there
+    closed, opened = mirrored([gone], left, right, set()), mirrored([gone], left, right, {group, there})
+    assert closed == [there]                         # a collapsed group: its box
+    assert opened and all(k in s.graph.nodes and k not in s.graph_at(0).nodes for k in opened)   # its new kernels
+
+
+# --- the window -----------------------------------------------------------------------------
+@pytest.fixture
+def compared(qtbot, make_window, bert_model):
+    w = make_window()
+    w.open_model(str(bert_model))
+    qtbot.waitUntil(lambda: w.session is not None and w.view.placement is not None, timeout=60000)
+    s = w.session
+    for m in list(create("expand").matches(s.graph))[:60]:
+        w.apply_step("expand", m.anchors)
+    mf = create("map_fusion")
+    for _ in range(3):
+        m = next(m for m in mf.matches(s.graph) if mf.check(s.graph, m).ok)
+        assert w.apply_step("map_fusion", m.anchors)
+    assert w.apply_step(*_changing_step(s.graph))
+    w.refresh()
+    win = w.show_compare()
+    qtbot.waitUntil(lambda: all(v.placement is not None and v.placement.exact and v.task is None
+                                for v in (win.left, win.right)), timeout=60000)
+    return w, win
+
+
+def test_compare_marks_equal_the_diff(compared):
+    w, win = compared
+    s = w.session
+    assert win.step == 0 and win.picker.count() == len(s.steps) + 1
+    assert win.left.graph is s.graph_at(0) and win.right.graph is s.graph
+    d = diff(s.graph_at(0), s.graph)
+    assert d.removed and d.added and d.changed
+    assert win.left.marks["removed"] == set(d.removed) and win.left.marks["changed"] == set(d.changed)
+    assert win.right.marks["added"] == set(d.added) and win.right.marks["changed"] == set(d.changed)
+    assert "added" not in win.left.marks and "removed" not in win.right.marks
+    assert win.summary.text() == win.comparison.summary()
+    assert win.summary.text().startswith(f"{len(d.removed)} removed, {len(d.added)} added")
+    marked = {k for k, item in win.right.boxes.items() if "added" in item.marks}   # drawn on visible boxes
+    assert marked == {win.right.tree.visible(i, win.right.expanded) for i in d.added}
+    assert w.actions_.compare.isEnabled() and w.actions_.compare in w.actions()    # menu and palette
+
+
+def test_selection_is_mirrored_by_id_or_scope_group(qtbot, compared):
+    w, win = compared
+    s = w.session
+    kept = "/layer/attention/self/MatMul_1"
+    win.left.reveal(kept)
+    win.right.reveal(kept)
+    win.left.select([kept])
+    assert win.right.selected_ids() == [kept]
+    gone = diff(s.graph_at(0), s.graph).removed[0]
+    win.left.reveal(gone)
+    win.left.select([gone])
+    right_keys = win.right.selected_keys()
+    assert right_keys and all(k not in s.graph_at(0).nodes for k in right_keys)   # its group, or what replaced it
+    assert set(right_keys) == {win.right.tree.visible(k, win.right.expanded) for k in
+                               mirrored([gone], win.left.tree, win.right.tree,
+                                        set(win.right.tree.expanded_groups(win.right.expanded)))}
+    win.right.select([kept])                            # and back, right to left
+    assert win.left.selected_ids() == [kept]
+
+
+def test_zoom_and_scroll_stay_in_step(qtbot, compared):
+    w, win = compared
+    before = win.left.transform().m11()
+    assert win.right.transform().m11() == pytest.approx(before)       # in step from the start
+    pos = QPointF(win.right.viewport().rect().center())
+    event = QWheelEvent(pos, win.right.mapToGlobal(pos), QPoint(0, 0), QPoint(0, 240), Qt.MouseButton.NoButton,
+                        Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    win.right.wheelEvent(event)
+    assert win.right.transform().m11() == pytest.approx(before * 1.44)
+    assert win.left.transform().m11() == pytest.approx(win.right.transform().m11())
+    win.left.verticalScrollBar().setValue(win.left.verticalScrollBar().value() + 200)
+    a = win.left.mapToScene(win.left.viewport().rect().center())
+    b = win.right.mapToScene(win.right.viewport().rect().center())
+    assert abs(a.y() - b.y()) < 2 and win.right.transform().m11() == pytest.approx(win.left.transform().m11())
+
+
+def test_group_toggles_mirror_and_the_window_follows_undo(qtbot, compared):
+    w, win = compared
+    key = next(k for k in win.left.tree.groups if k in win.right.tree.groups and k not in win.left.expanded
+               and k != "group:" and win.left.tree.parent[k] in win.left.tree.expanded_groups(win.left.expanded))
+    qtbot.waitUntil(lambda: key in win.left.boxes, timeout=10000)
+    win.left.expand(key)
+    win.left.groupToggled.emit(key, True)
+    assert key in win.right.expanded
+    w.actions_.undo.trigger()
+    qtbot.waitUntil(lambda: win.right.graph is w.session.graph, timeout=10000)
+    assert win.right.marks["added"] == set(diff(w.session.graph_at(0), w.session.graph).added)
+    win.set_step(2)
+    assert win.left.graph is w.session.graph_at(2)
