@@ -40,6 +40,7 @@ Qt:
 - ``qt_overlays.py``    heatmap legend, minimap
 - ``qt_transformations.py``, ``qt_ranking.py``  the Transformations dock and its background ranking
 - ``qt_movement.py``    the Data movement dock (totals, kernel table, trend plot)
+- ``qt_kernel_tables.py``  the kernel tables' shared rows model and selection sync
 - ``qt_timings.py``, ``qt_timing_table.py``, ``qt_roofline.py``  the Timings dock, its table, the roofline
 - ``qt_profiling.py``   profile / A/B / Chrome trace as background tasks with cancel; stale marking
 - ``qt_compare.py``     the Compare window: two synced graph views, diff marks and legend

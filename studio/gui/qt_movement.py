@@ -11,8 +11,7 @@ with the bound as a dashed line and the current step marked.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractTableModel, QItemSelection, QItemSelectionModel, QModelIndex, QPointF, QRectF, \
-    Qt, Signal
+from PySide6.QtCore import QModelIndex, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QAbstractItemView, QDockWidget, QSplitter, QTableView, QVBoxLayout, QWidget
 
@@ -21,6 +20,7 @@ from ir.movement import Ledger
 from studio.cli import human_bytes, human_count
 from studio.gui import graph_diff
 from studio.gui.describe import kernel_title
+from studio.gui.qt_kernel_tables import QtRowsModel, select_rows, selected_row_ids
 from studio.gui.qt_text import QtTextLine
 
 COLUMNS = ("kernel", "op", "read", "written", "bytes", "FLOPs", "FLOP/B", "share")
@@ -30,15 +30,15 @@ _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 _ASCENDING = Qt.SortOrder.AscendingOrder
 
 
-class QtKernelModel(QAbstractTableModel):
+class QtKernelModel(QtRowsModel):
     """One row per kernel of the current graph, sorted here (in Python, on the raw numbers: a
     sorting proxy would call ``data`` for every cell on each reset); ``SORT_ROLE`` gives the numbers."""
 
     SORT_ROLE = Qt.ItemDataRole.UserRole
+    columns = COLUMNS
 
     def __init__(self) -> None:
         super().__init__()
-        self.rows: list[tuple] = []
         self.order = (4, Qt.SortOrder.DescendingOrder)
         self.graph: Graph | None = None
 
@@ -95,17 +95,6 @@ class QtKernelModel(QAbstractTableModel):
     def _sort(self) -> None:
         column, order = self.order
         self.rows.sort(key=lambda r: r[column], reverse=order == Qt.SortOrder.DescendingOrder)
-
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()) -> int:
-        return len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
-        return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         role = int(role)                             # called for every visible cell and role: keep it short
@@ -224,24 +213,14 @@ class QtMovementDock(QDockWidget):
         self.trend.set_trend(trend, bound, cursor)
 
     def select_ids(self, ids: list[str]) -> None:
-        wanted = set(ids)
-        sel = QItemSelection()
-        for row, r in enumerate(self.model.rows):
-            if r[0] in wanted:
-                idx = self.model.index(row, 0)
-                sel.select(idx, idx)
         self._syncing = True
         try:
-            flags = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
-            self.table.selectionModel().select(sel, flags)
-            if not sel.isEmpty():
-                self.table.scrollTo(sel.indexes()[0])
+            select_rows(self.table, self.model.rows, ids)
         finally:
             self._syncing = False
 
     def selected_ids(self) -> list[str]:
-        rows = {i.row() for i in self.table.selectionModel().selectedRows()}
-        return [self.model.rows[r][0] for r in sorted(rows)]
+        return selected_row_ids(self.table, self.model.rows)
 
     def _on_rows(self, *_args) -> None:
         if not self._syncing:

@@ -7,9 +7,10 @@ is drawn grey. ``SORT_ROLE`` gives the raw numbers, as in the Data movement tabl
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
+from studio.gui.qt_kernel_tables import QtRowsModel
 from studio.gui.timings import TimingReport, human_seconds
 
 COLUMNS = ("kernel", "kind", "median", "min", "max", "CV", "GB/s", "% peak BW", "GFLOP/s", "roofline eff.",
@@ -27,14 +28,14 @@ def row_of(report: TimingReport, k) -> tuple:
             k.efficiency, report.share(k), "")
 
 
-class QtTimingModel(QAbstractTableModel):
+class QtTimingModel(QtRowsModel):
     """See the module docstring."""
 
     SORT_ROLE = Qt.ItemDataRole.UserRole
+    columns = COLUMNS
 
     def __init__(self) -> None:
         super().__init__()
-        self.rows: list[tuple] = []
         self.labels: dict[str, str] = {}
         self.statements: dict[str, list[str]] = {}
         self.stale = False
@@ -67,17 +68,6 @@ class QtTimingModel(QAbstractTableModel):
         have = [r for r in self.rows if r[column] is not None]
         have.sort(key=lambda r: r[column], reverse=order == DESC)
         self.rows = have + [r for r in self.rows if r[column] is None]
-
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()) -> int:
-        return len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
-        return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         row = self.rows[index.row()]

@@ -11,10 +11,11 @@ follows the graph view's selection, as the Data movement dock does.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QItemSelection, QItemSelectionModel, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QDockWidget, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                                QSpinBox, QSplitter, QTableView, QVBoxLayout, QWidget)
 
+from studio.gui.qt_kernel_tables import select_rows, selected_row_ids
 from studio.gui.qt_roofline import QtRooflinePlot
 from studio.gui.qt_text import QtTextLine
 from studio.gui.qt_timing_table import DESC, QtTimingModel
@@ -176,25 +177,15 @@ class QtTimingsDock(QDockWidget):
 
     # --- selection --------------------------------------------------------------------------
     def select_ids(self, ids: list[str]) -> None:
-        wanted = set(ids)
-        sel = QItemSelection()
-        for row, r in enumerate(self.model.rows):
-            if r[0] in wanted:
-                idx = self.model.index(row, 0)
-                sel.select(idx, idx)
         self._syncing = True
         try:
-            flags = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
-            self.table.selectionModel().select(sel, flags)
-            if not sel.isEmpty():
-                self.table.scrollTo(sel.indexes()[0])
+            select_rows(self.table, self.model.rows, ids)
         finally:
             self._syncing = False
-        self.plot.set_highlight(wanted)
+        self.plot.set_highlight(set(ids))
 
     def selected_ids(self) -> list[str]:
-        rows = {i.row() for i in self.table.selectionModel().selectedRows()}
-        return [self.model.rows[r][0] for r in sorted(rows)]
+        return selected_row_ids(self.table, self.model.rows)
 
     def _on_rows(self, *_args) -> None:
         ids = self.selected_ids()
