@@ -33,6 +33,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from codegen.numba_cpu.exprs import ExprPrinter, UnsupportedExpr, literal
+from codegen.numba_cpu.fastmath import FORMS
 from ir import expr as E
 from ir.graph import Graph
 from ir.maps import trip_count
@@ -47,6 +48,10 @@ FASTMATH = ("nsz", "arcp", "contract", "afn", "reassoc")
 ``nnan``/``ninf`` stay off, so inf/NaN behave as in the reference."""
 
 WCR_IDENTITY = {"sum": 0, "prod": 1, "max": "-inf", "min": "inf"}
+
+ZERO = "z0"
+"""The opaque float32 zero of a kernel calling ``fastmath`` forms: its last extent argument is 0,
+so LLVM cannot fold the forms' ``F(c) + z0`` constants (see ``fastmath``)."""
 
 
 class UnsupportedMap(ValueError):
@@ -284,7 +289,7 @@ def tasklet_line(nest: Nest, t: Tasklet) -> None:
     for p, pn in nest.params.items():
         names[p], types[p] = pn, "int64"
         invariant.discard(p)
-    printer = ExprPrinter(types, names, nest.fast)
+    printer = ExprPrinter(types, names, nest.fast, zero=ZERO)
     expr = _hoist(nest, t.expr, invariant, printer)
     value, vdt = printer.emit(expr), printer.dtype(expr)
     nest.helpers |= printer.helpers
@@ -344,6 +349,8 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
         schedules.emit(nest, m, par)
     except UnsupportedExpr as e:
         raise UnsupportedMap(str(e)) from None
+    if nest.helpers & set(FORMS):
+        nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
     args = list(nest.arrays.values()) + [f"n{k}" for k in range(len(nest.extents))]
     flags = "cache=True, nogil=True, error_model=\"numpy\", fastmath=_FM" + (
         ", parallel=True" if par else "")

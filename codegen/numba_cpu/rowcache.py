@@ -1,0 +1,141 @@
+"""Row caching: later sweeps of a row read the value every sweep recomputes from a row buffer.
+
+A reduction fused with its elementwise producers sweeps each row several times, and every
+sweep recomputes the producers from global rows. LayerNorm after bias + residual:
+
+    map[i] { map[j] { s = x[i,j] + b[j] + r[i,j]; sum += s }            # sweep 1
+             mean = …
+             map[j] { s = x[i,j] + b[j] + r[i,j]; sq += (s − mean)² }   # sweep 2
+             inv = …
+             map[j] { s = x[i,j] + b[j] + r[i,j]; y[i,j] = … s … } }    # sweep 3
+
+Here the first sweep also stores ``s`` in a row buffer (``c0[j] = s``) and the later ones
+read ``s = c0[j]``: one L1-resident stream instead of two rows from L2 and the adds again
+(bias+residual+LayerNorm on 4096×4096 floats: 59 % → ~85 % of a triad on one thread). Each
+sweep still sees the same value at every point, so the result is bit-identical.
+
+``plan`` finds the common *prefix*: the leading tasklets of every sweep that are equal up to
+the sweep's parameter, write sweep locals without a wcr, and read only the sweep parameter,
+earlier prefix locals and containers the map never writes (so they cannot change between
+sweeps). All sweeps run over one range. Later sweeps may read only the prefix's last local.
+``emit`` prints the top-level map like ``loopnest.scope`` with that substitution; the buffer
+is allocated before the loops (inside the row loop when it is a ``prange``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ir import expr as E
+from ir.nodes import MapNode, Tasklet
+
+from codegen.numba_cpu.loopnest import Nest, declare_locals, tasklet_line
+
+_HOLE = E.Var("·")
+NP = {"float32": "np.float32", "float64": "np.float64", "float16": "np.float16", "int32": "np.int32",
+      "int64": "np.int64"}
+
+
+@dataclass(frozen=True)
+class RowCache:
+    sweeps: tuple[MapNode, ...]   # the nested maps sharing the prefix, in body order
+    length: int                   # how many leading tasklets of each sweep the buffer replaces
+
+
+def _sweeps(m: MapNode) -> list[MapNode]:
+    return [s for s in m.body if isinstance(s, MapNode)]
+
+
+def _key(t: Tasklet, sweep: MapNode, prefix_locals: list[str], frozen: set[str]) -> tuple | None:
+    """``t`` as a value independent of the sweep's names, or None if it cannot be a prefix tasklet."""
+    if t.output.wcr is not None or t.output.container not in sweep.locals:
+        return None
+    param = sweep.params[0][0]
+    ins = []
+    for conn, mem in sorted(t.inputs.items()):
+        if mem.container in prefix_locals:
+            ins.append((conn, "local", prefix_locals.index(mem.container)))
+        elif mem.container in frozen and mem.subset is not None:
+            ins.append((conn, mem.container, tuple(E.substitute(ix, {param: _HOLE}) for ix in mem.subset)))
+        else:
+            return None
+    return E.substitute(t.expr, {param: _HOLE}), tuple(ins)
+
+
+def _prefix_keys(sweep: MapNode, frozen: set[str]) -> list[tuple]:
+    keys: list[tuple] = []
+    names: list[str] = []
+    for t in sweep.body:
+        key = _key(t, sweep, names, frozen) if isinstance(t, Tasklet) else None
+        if key is None:
+            break
+        keys.append(key)
+        names.append(t.output.container)
+    return keys
+
+
+def _reads_only_last(sweep: MapNode, length: int) -> bool:
+    """After the prefix, ``sweep`` reads none of the prefix locals but the last."""
+    hidden = {t.output.container for t in sweep.body[:length - 1]}
+    return not any(isinstance(t, Tasklet) and {m.container for m in t.inputs.values()} & hidden
+                   for t in sweep.body[length:])
+
+
+def plan(m: MapNode, written: set[str]) -> RowCache | None:
+    """The row cache of top-level map ``m`` (which writes ``written``), or None if it has none."""
+    sweeps = _sweeps(m)
+    if len(sweeps) < 2 or any(len(s.params) != 1 or _sweeps(s) for s in sweeps):
+        return None
+    ranges = {s.params[0][1] for s in sweeps}
+    (r,) = ranges if len(ranges) == 1 else (None,)
+    if r is None or r.step != 1 or r.start != E.Const(0, "int64") or E.free_vars(r.stop) & set(m.param_names):
+        return None
+    frozen = {mem.container for node, _ in m.walk() if isinstance(node, Tasklet)
+              for mem in node.inputs.values()} - written - {n for s in sweeps for n in s.locals} - set(m.locals)
+    keys = [_prefix_keys(s, frozen) for s in sweeps]
+    length = 0
+    while all(len(k) > length for k in keys) and len({k[length] for k in keys}) == 1:
+        length += 1
+    while length and not all(_reads_only_last(s, length) for s in sweeps[1:]):
+        length -= 1
+    return RowCache(tuple(sweeps), length) if length else None
+
+
+def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
+    """Print top-level map ``m`` with ``cache`` (the default loop order otherwise)."""
+    depth = nest.w.depth
+    for k, (p, r) in enumerate(m.params):
+        name = f"p{len(nest.params)}"
+        nest.params[p] = name
+        nest.w.line(f"for {name} in {'prange' if parallel and k == 0 else 'range'}({nest.bound(r.stop)}):")
+        nest.w.depth += 1
+    last = cache.sweeps[0].body[cache.length - 1].output.container
+    alloc = f"c0 = np.empty({nest.bound(cache.sweeps[0].params[0][1].stop)}, " \
+            f"{NP[cache.sweeps[0].locals[last].dtype]})"
+    (nest.w.line if parallel else nest.pre.append)(alloc)
+    declare_locals(nest, m)
+    for stmt in m.body:
+        if isinstance(stmt, MapNode):
+            _sweep(nest, stmt, stmt is cache.sweeps[0], cache.length)
+        else:
+            tasklet_line(nest, stmt)
+    nest.w.depth = depth
+
+
+def _sweep(nest: Nest, s: MapNode, first: bool, length: int) -> None:
+    (p, r), = s.params
+    name = f"p{len(nest.params)}"
+    nest.params[p] = name
+    nest.w.line(f"for {name} in range({nest.bound(r.stop)}):")
+    nest.w.depth += 1
+    declare_locals(nest, s)
+    for k, t in enumerate(s.body):
+        if k < length - 1 and not first:
+            continue
+        if k == length - 1 and not first:
+            nest.w.line(f"{nest.locals[t.output.container][0]} = c0[{name}]")
+            continue
+        tasklet_line(nest, t)
+        if k == length - 1:
+            nest.w.line(f"c0[{name}] = {nest.locals[t.output.container][0]}")
+    nest.w.depth -= 1
+
