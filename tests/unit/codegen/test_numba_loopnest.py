@@ -198,3 +198,58 @@ def test_schedules_follow_memory_order():
     text = kernel_source(g.nodes["tr/expanded"], g).source
     assert "ba = ia * " in text
     _same_as_reference(g, 1e-5)
+
+
+def _bias_residual_layernorm(rows: int = 6, hidden: int = 40) -> Graph:
+    """bias + residual + LayerNorm, fused into one map over rows (three sweeps per row)."""
+    from tests.peer.test_export_fixtures import fuse_everything
+    from transforms.registry import create
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), n) for n in ("b", "g", "beta")]
+    nodes = [helper.make_node("Add", ["x", "b"], ["h"]), helper.make_node("Add", ["h", "r"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "beta"], ["y"], axis=-1, epsilon=1e-5)]
+    g = import_proto(model(nodes, [vi("x", [rows, hidden]), vi("r", [rows, hidden])], [vi("y", [rows, hidden])], inits))
+    fuse_everything(g)
+    rf = create("reduction_fusion")
+    while (mt := next((m for m in rf.matches(g) if rf.check(g, m).ok), None)) is not None:
+        rf.rewrite(g, mt, 1)
+    return g
+
+
+def test_sweeps_recomputing_one_value_share_a_row_buffer():
+    """The LayerNorm sweeps read bias + residual from the buffer the first sweep fills (``rowcache``):
+    one read of x and r per row, results as the reference's."""
+    from codegen.numba_cpu import rowcache, schedules
+    g = _bias_residual_layernorm()
+    (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    assert schedules.choose(m) == "default"
+    cache = rowcache.plan(m, {"y"})
+    assert cache is not None and len(cache.sweeps) == 3 and cache.length == 2
+    text = kernel_source(m, g).source
+    assert text.count("c0[") == 3 and text.count(" + a2[") == 1, text     # the residual is read once
+    _same_as_reference(g, 1e-5)
+
+
+def test_sweeps_that_differ_get_no_row_buffer():
+    """A softmax over a raw input has nothing to cache: every sweep reads x itself (one load)."""
+    from codegen.numba_cpu import rowcache
+    m = model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [vi("x", [4, 8])], [vi("y", [4, 8])])
+    g = import_proto(m)
+    lowering.expand_all(g)
+    (sm,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    assert rowcache.plan(sm, {"y"}) is None
+    _same_as_reference(g, 1e-5)
+
+
+def test_gelu_prints_as_one_fast_form_with_the_opaque_zero():
+    """GELU's erf expansion becomes ``fast_gelu(t, z0)``; ``z0`` comes from a trailing zero extent."""
+    from codegen.numba_cpu.loopnest import ZERO
+    m = model([helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")], [vi("x", [4, 8])], [vi("y", [4, 8])])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    g = import_proto(m)
+    lowering.expand_all(g)
+    (gm,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    ks = kernel_source(gm, g)
+    assert "fast_gelu(" in ks.source and "erf" not in ks.source and ks.helpers == ("fast_gelu",)
+    assert ks.extents[-1] == 0 and f"{ZERO} = np.float32(n{len(ks.extents) - 1})" in ks.source
+    _same_as_reference(g, 1e-5)
