@@ -100,6 +100,7 @@ class Nest:
         self.extents: list[int] = []
         self.params: dict[str, str] = {}      # IR param -> p<k>
         self.locals: dict[str, tuple[str, str]] = {}   # IR local -> (t<k>, dtype)
+        self.local_count = 0
         self.hoisted: dict[str, str] = {}     # printed value -> h<k>
         self.pre: list[str] = []              # statements before the loops
         self.helpers: set[str] = set()
@@ -111,6 +112,11 @@ class Nest:
         if container not in self.arrays:
             self.arrays[container] = f"a{len(self.arrays)}"
         return self.arrays[container]
+
+    def new_local(self) -> str:
+        """A fresh local variable name ``t<k>`` (a local printed twice gets two names)."""
+        self.local_count += 1
+        return f"t{self.local_count - 1}"
 
     def extent(self, value: int) -> str:
         self.extents.append(int(value))
@@ -266,7 +272,7 @@ def declare_locals(nest: Nest, m: MapNode) -> None:
     for loc, c in m.locals.items():
         if c.shape != ():
             raise UnsupportedMap(f"local '{loc}' has shape {list(c.shape)}; only scalar locals are supported")
-        name = f"t{len(nest.locals)}"
+        name = nest.new_local()
         nest.locals[loc] = (name, c.dtype)
         nest.w.line(f"{name} = {identity_literal(first.get(loc), c.dtype)}")
 

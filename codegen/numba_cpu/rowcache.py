@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ir import expr as E
 from ir.nodes import MapNode, Tasklet
 
-from codegen.numba_cpu.loopnest import Nest, declare_locals, tasklet_line
+from codegen.numba_cpu.loopnest import Nest, declare_locals, first_wcr, identity_literal, tasklet_line
 
 _HOLE = E.Var("·")
 NP = {"float32": "np.float32", "float64": "np.float64", "float16": "np.float16", "int32": "np.int32",
@@ -101,41 +101,132 @@ def plan(m: MapNode, written: set[str]) -> RowCache | None:
 
 
 def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
-    """Print top-level map ``m`` with ``cache`` (the default loop order otherwise)."""
+    """Print top-level map ``m`` with ``cache``: skewed (``_skewed_rows``) when ``can_skew``, else
+    the default loop order with one buffer."""
     depth = nest.w.depth
-    for k, (p, r) in enumerate(m.params):
+    skew = can_skew(m, cache, parallel)
+    for k, (p, r) in enumerate(m.params[:-1] if skew else m.params):
         name = f"p{len(nest.params)}"
         nest.params[p] = name
         nest.w.line(f"for {name} in {'prange' if parallel and k == 0 else 'range'}({nest.bound(r.stop)}):")
         nest.w.depth += 1
     last = cache.sweeps[0].body[cache.length - 1].output.container
-    alloc = f"c0 = np.empty({nest.bound(cache.sweeps[0].params[0][1].stop)}, " \
-            f"{NP[cache.sweeps[0].locals[last].dtype]})"
-    (nest.w.line if parallel else nest.pre.append)(alloc)
-    declare_locals(nest, m)
-    for stmt in m.body:
-        if isinstance(stmt, MapNode):
-            _sweep(nest, stmt, stmt is cache.sweeps[0], cache.length)
-        else:
-            tasklet_line(nest, stmt)
+    size, dt = nest.bound(cache.sweeps[0].params[0][1].stop), NP[cache.sweeps[0].locals[last].dtype]
+    for buf in ("c0", "c1") if skew else ("c0",):
+        (nest.w.line if parallel else nest.pre.append)(f"{buf} = np.empty({size}, {dt})")
+    if skew:
+        _skewed_rows(nest, m, cache)
+    else:
+        declare_locals(nest, m)
+        for stmt in m.body:
+            _statement(nest, stmt, cache, "c0")
     nest.w.depth = depth
 
 
-def _sweep(nest: Nest, s: MapNode, first: bool, length: int) -> None:
+def can_skew(m: MapNode, cache: RowCache, parallel: bool) -> bool:
+    """Whether the first sweep of the next row can run inside the last sweep of this one: the map
+    starts and ends with a cached sweep, the first sweep writes only its own locals and row
+    reductions (wcr) and reads no row local, and its row param is not the ``prange`` one."""
+    first, last = cache.sweeps[0], cache.sweeps[-1]
+    if m.body[0] is not first or m.body[-1] is not last or (parallel and len(m.params) == 1):
+        return False
+    r = m.params[-1][1]
+    if r.step != 1 or r.start != E.Const(0, "int64"):
+        return False
+    for t in first.body:
+        out = t.output
+        if not (out.container in first.locals or (out.container in m.locals and out.wcr is not None)):
+            return False
+        if any(mem.container in m.locals for mem in t.inputs.values()):
+            return False
+    return True
+
+
+def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache) -> None:
+    """Software-pipelined rows along the last row param: a prologue runs the first sweep of row 0
+    into ``nxt``; row q then runs its middle statements from ``cur`` and its last sweep fused with
+    the first sweep of row q + 1 (into the other buffer, reductions into ``u<k>``). The DRAM reads
+    of the next row overlap the writes of this one, as in a triad."""
+    first, last = cache.sweeps[0], cache.sweeps[-1]
+    q, rq = m.params[-1]
+    nq, qname = nest.bound(rq.stop), f"p{len(nest.params)}"
+    carried = {t.output.container for t in first.body if t.output.container in m.locals}
+    wcr = first_wcr(m)
+    next_row = {loc: (f"u{k}", m.locals[loc].dtype) for k, loc in enumerate(sorted(carried))}
+
+    def start_next_row(index: str, buffer: str) -> None:
+        nest.w.line(f"pn = {index}")
+        nest.w.line(f"nxt = {buffer}") if buffer else None
+        for loc, (u, dt) in next_row.items():
+            nest.w.line(f"{u} = {identity_literal(wcr.get(loc), dt)}")
+
+    start_next_row("0", "c0")
+    nest.params[q] = "pn"
+    _with_locals(nest, next_row, lambda: _statement(nest, first, cache, "nxt"))
+    nest.params[q] = qname
+    nest.w.line(f"for {qname} in range({nq}):")
+    nest.w.depth += 1
+    nest.w.line(f"cur, nxt = (c0, c1) if {qname} % 2 == 0 else (c1, c0)")
+    declare_locals(nest, m)
+    for loc, (u, _) in next_row.items():
+        nest.w.line(f"{nest.locals[loc][0]} = {u}")
+    for stmt in m.body[1:-1]:
+        _statement(nest, stmt, cache, "cur")
+    start_next_row(f"{qname} + 1", "")
+    nest.w.line(f"if pn < {nq}:")
+    nest.w.depth += 1
+    j = _sweep_loop(nest, last)
+    _sweep_body(nest, last, cache, "cur", j)
+    nest.params[q], nest.params[first.params[0][0]] = "pn", j
+    _with_locals(nest, next_row, lambda: _sweep_body(nest, first, cache, "nxt", j))
+    nest.params[q] = qname
+    nest.w.depth -= 2
+    nest.w.line("else:")
+    nest.w.depth += 1
+    _statement(nest, last, cache, "cur")
+    nest.w.depth -= 2
+
+
+def _with_locals(nest: Nest, names: dict, print_fn) -> None:
+    """Run ``print_fn`` with the row locals in ``names`` printed under other variable names."""
+    saved = {loc: nest.locals.get(loc) for loc in names}
+    nest.locals.update(names)
+    print_fn()
+    for loc, old in saved.items():
+        if old is None:
+            del nest.locals[loc]
+        else:
+            nest.locals[loc] = old
+
+
+def _statement(nest: Nest, stmt, cache: RowCache, buffer: str) -> None:
+    if isinstance(stmt, MapNode):
+        _sweep_body(nest, stmt, cache, buffer, _sweep_loop(nest, stmt))
+        nest.w.depth -= 1
+    else:
+        tasklet_line(nest, stmt)
+
+
+def _sweep_loop(nest: Nest, s: MapNode) -> str:
     (p, r), = s.params
     name = f"p{len(nest.params)}"
     nest.params[p] = name
     nest.w.line(f"for {name} in range({nest.bound(r.stop)}):")
     nest.w.depth += 1
+    return name
+
+
+def _sweep_body(nest: Nest, s: MapNode, cache: RowCache, buffer: str, j: str) -> None:
+    """Sweep ``s``'s statements at point ``j``: the first sweep stores the cached value in ``buffer``,
+    the others read it from there instead of recomputing it."""
+    first = s is cache.sweeps[0]
     declare_locals(nest, s)
     for k, t in enumerate(s.body):
-        if k < length - 1 and not first:
+        if k < cache.length - 1 and not first:
             continue
-        if k == length - 1 and not first:
-            nest.w.line(f"{nest.locals[t.output.container][0]} = c0[{name}]")
+        if k == cache.length - 1 and not first:
+            nest.w.line(f"{nest.locals[t.output.container][0]} = {buffer}[{j}]")
             continue
         tasklet_line(nest, t)
-        if k == length - 1:
-            nest.w.line(f"c0[{name}] = {nest.locals[t.output.container][0]}")
-    nest.w.depth -= 1
-
+        if k == cache.length - 1:
+            nest.w.line(f"{buffer}[{j}] = {nest.locals[t.output.container][0]}")

@@ -137,7 +137,7 @@ def _columns(nest: Nest, m: MapNode) -> None:
     first = first_wcr(m)
     inits = []
     for loc, c in m.locals.items():
-        name = f"t{len(nest.locals)}"
+        name = nest.new_local()
         nest.pre.append(f"{name} = np.empty({COLUMNS}, {NP[c.dtype]})")
         nest.locals[loc] = (f"{name}[qi]", c.dtype)
         inits.append(f"{name}[:] = {identity_literal(first.get(loc), c.dtype)}")
