@@ -283,3 +283,12 @@ def test_row_buffers_of_a_prange_kernel_are_per_row_block(shape):
         kernel_cache.load(ks)(*args, *ks.extents)
         outs.append(args[ks.arrays.index("y")])
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=2e-6)
+
+
+def test_row_buffer_without_row_params():
+    """A LayerNorm over a whole 1-D tensor is one row and no row loop: buffer, no skew."""
+    g = _bias_residual_layernorm((40,))
+    (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    text = kernel_source(m, g).source
+    assert "c0 = np.empty(" in text and "nxt" not in text, text
+    _same_as_reference(g, 1e-5)
