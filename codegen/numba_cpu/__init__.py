@@ -5,9 +5,10 @@ Package map (data flow: ``Graph`` → ``export.prepare`` (expand what can be) �
 ``codegen.export.package`` (a standalone package)):
 
 - ``loopnest.py``    a top-level map → one canonical ``@njit`` loop nest (``KernelSource``)
-- ``schedules.py``   loop orders that follow memory (default, tiled transposes, columns)
+- ``schedules.py``   loop orders that follow memory (default, tiled transposes, columns, rows)
+- ``rowcache.py``    a row buffer for the value every sweep of a row recomputes (fused norms)
 - ``exprs.py``       tasklet expressions as typed numba scalar code (float32 stays float32)
-- ``fastmath.py``    vectorizable float32 exp/tanh/erf with tested error bounds
+- ``fastmath.py``    vectorizable float32 exp/tanh/erf/GELU with tested error bounds
 - ``kernel_cache.py`` kernel modules, the content-addressed on-disk cache, parallel precompile
 - ``program.py``     kernels in topological order as ``Statement``s (kernel, BLAS, view, reference)
 - ``contractions.py`` BLAS calls, GEMMs with epilogue kernels, grouped GEMMs

@@ -7,8 +7,10 @@ strongly typed):
 - types are inferred bottom-up (``dtype``) with NumPy's promotion of the operand
   dtypes; constants print in their own dtype (``np.float32(0.5)``), so float32 code
   stays float32 — a bare ``0.5`` would promote it to float64 in numba;
-- exp/tanh/erf on float32 become the vectorizable ``fastmath`` forms; the rest
-  uses numba's typed ``math``/``np`` scalar functions (float32 in → float32 out);
+- exp/tanh/erf on float32 become the vectorizable ``fastmath`` forms, and GELU's erf form
+  ``(0.5·x)·(1 + erf(x·√½))`` one ``fast_gelu(x)`` (``gelu_operand``); they take the kernel's
+  opaque zero as a second argument when the printer has one (``zero``, see ``fastmath``); the
+  rest uses numba's typed ``math``/``np`` scalar functions (float32 in → float32 out);
 - ``pow`` by the constants 2, 3, 0.5, 1, −1 becomes multiplies, ``np.sqrt`` or a
   reciprocal; integer ``div`` truncates toward zero like the reference (``_idiv``).
 
@@ -73,14 +75,45 @@ def literal(value, dt: str) -> str:
     return str(int(value)) if dt == "int64" else f"np.{dt}({int(value)})"
 
 
+def _const(e: E.Expr, value: float) -> bool:
+    return isinstance(e, E.Const) and isinstance(e.value, (int, float)) and abs(float(e.value) - value) <= 1e-7 * value
+
+
+def _ordered(e: E.Bin, op: str, test) -> tuple[E.Expr, E.Expr] | None:
+    """``(a, b)`` of a commutative ``op`` node whose operand ``a`` passes ``test``, in either order."""
+    if not isinstance(e, E.Bin) or e.op != op:
+        return None
+    return (e.a, e.b) if test(e.a) else (e.b, e.a) if test(e.b) else None
+
+
+def gelu_operand(e: E.Expr) -> E.Expr | None:
+    """``x`` if ``e`` is GELU's erf form ``(0.5·x)·(1 + erf(x·√½))`` (``ir.lowering.activation.gelu_erf``,
+    operands of × and + in either order), else None: it prints as one ``fast_gelu(x)``."""
+    for half_x, one_plus in ((e.a, e.b), (e.b, e.a)):
+        hx = _ordered(half_x, "mul", lambda c: _const(c, 0.5))
+        op = _ordered(one_plus, "add", lambda c: _const(c, 1.0))
+        if hx is None or op is None or not isinstance(op[1], E.Un) or op[1].op != "erf":
+            continue
+        sx = _ordered(op[1].a, "mul", lambda c: _const(c, math.sqrt(0.5)))
+        if sx is not None and sx[1] == hx[1]:
+            return hx[1]
+    return None
+
+
 class ExprPrinter:
     """Prints expressions whose ``Var``s are typed by ``types`` and named by ``names``."""
 
-    def __init__(self, types: Mapping[str, str], names: Mapping[str, str], fast: bool = True) -> None:
+    def __init__(self, types: Mapping[str, str], names: Mapping[str, str], fast: bool = True,
+                 zero: str | None = None) -> None:
         self.types = types
         self.names = names
         self.fast = fast
+        self.zero = zero          # the kernel's opaque float32 zero, passed to fastmath forms
         self.helpers: set[str] = set()
+
+    def _fast_call(self, helper: str, arg: str) -> str:
+        self.helpers.add(helper)
+        return f"{helper}({arg}, {self.zero})" if self.zero else f"{helper}({arg})"
 
     # --- types ------------------------------------------------------------------------
     def dtype(self, e: E.Expr) -> str:
@@ -150,8 +183,7 @@ class ExprPrinter:
             one = literal(1.0, dt if is_float(dt) else "float64")
             return f"({one} / {a})"
         if self.fast and dt == "float32" and op in FAST_FUNCTIONS:
-            self.helpers.add(FAST_FUNCTIONS[op])
-            return f"{FAST_FUNCTIONS[op]}({a})"
+            return self._fast_call(FAST_FUNCTIONS[op], a)
         if op in _NP_UNARY:
             return f"{_NP_UNARY[op]}({a})"
         if op in E.UNARY_OPS:
@@ -162,6 +194,8 @@ class ExprPrinter:
         op = e.op
         if op == "pow":
             return self._pow(e)
+        if op == "mul" and self.fast and (x := gelu_operand(e)) is not None and self.dtype(x) == "float32":
+            return self._fast_call("fast_gelu", self.emit(x))
         a, b = self.emit(e.a), self.emit(e.b)
         if op in _ARITH:
             return f"({a} {_ARITH[op]} {b})"

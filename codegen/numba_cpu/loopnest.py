@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from codegen.numba_cpu import halfbits
 from codegen.numba_cpu.exprs import ExprPrinter, UnsupportedExpr, literal
+from codegen.numba_cpu.fastmath import FORMS
 from ir import expr as E
 from ir.graph import Graph
 from ir.maps import trip_count
@@ -48,6 +49,10 @@ FASTMATH = ("nsz", "arcp", "contract", "afn", "reassoc")
 ``nnan``/``ninf`` stay off, so inf/NaN behave as in the reference."""
 
 WCR_IDENTITY = {"sum": 0, "prod": 1, "max": "-inf", "min": "inf"}
+
+ZERO = "z0"
+"""The opaque float32 zero of a kernel calling ``fastmath`` forms: its last extent argument is 0,
+so LLVM cannot fold the forms' ``F(c) + z0`` constants (see ``fastmath``)."""
 
 
 class UnsupportedMap(ValueError):
@@ -96,6 +101,7 @@ class Nest:
         self.extents: list[int] = []
         self.params: dict[str, str] = {}      # IR param -> p<k>
         self.locals: dict[str, tuple[str, str]] = {}   # IR local -> (t<k>, dtype)
+        self.local_count = 0
         self.hoisted: dict[str, str] = {}     # printed value -> h<k>
         self.pre: list[str] = []              # statements before the loops
         self.helpers: set[str] = set()
@@ -107,6 +113,11 @@ class Nest:
         if container not in self.arrays:
             self.arrays[container] = f"a{len(self.arrays)}"
         return self.arrays[container]
+
+    def new_local(self) -> str:
+        """A fresh local variable name ``t<k>`` (a local printed twice gets two names)."""
+        self.local_count += 1
+        return f"t{self.local_count - 1}"
 
     def extent(self, value: int) -> str:
         self.extents.append(int(value))
@@ -262,7 +273,7 @@ def declare_locals(nest: Nest, m: MapNode) -> None:
     for loc, c in m.locals.items():
         if c.shape != ():
             raise UnsupportedMap(f"local '{loc}' has shape {list(c.shape)}; only scalar locals are supported")
-        name = f"t{len(nest.locals)}"
+        name = nest.new_local()
         nest.locals[loc] = (name, c.dtype)
         nest.w.line(f"{name} = {identity_literal(first.get(loc), c.dtype)}")
 
@@ -289,7 +300,7 @@ def tasklet_line(nest: Nest, t: Tasklet) -> None:
     for p, pn in nest.params.items():
         names[p], types[p] = pn, "int64"
         invariant.discard(p)
-    printer = ExprPrinter(types, names, nest.fast)
+    printer = ExprPrinter(types, names, nest.fast, zero=ZERO)
     expr = _hoist(nest, t.expr, invariant, printer)
     value, vdt = printer.emit(expr), printer.dtype(expr)
     nest.helpers |= printer.helpers
@@ -352,6 +363,8 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
         schedules.emit(nest, m, par)
     except UnsupportedExpr as e:
         raise UnsupportedMap(str(e)) from None
+    if nest.helpers & set(FORMS):
+        nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
     args = list(nest.arrays.values()) + [f"n{k}" for k in range(len(nest.extents))]
     flags = "cache=True, nogil=True, error_model=\"numpy\", fastmath=_FM" + (
         ", parallel=True" if par else "")

@@ -5,6 +5,8 @@ they differ in loop order, which decides whether the innermost loop walks memory
 contiguously (and vectorizes) — on this machine a strided kernel ran 20–90× slower.
 
 - ``default``: the map's params outer to inner, nested maps inside.
+- ``rows``: the default order, with a row buffer for the value every sweep of a row
+  recomputes (``rowcache``: LayerNorm, softmax fused with their producers).
 - ``tiled``: a transpose — a pointwise map that reads along one dimension and writes
   along the other, with at most two arrays contiguous in the last param: the last two
   params run in ``TILE`` blocks, so both arrays stay in cache (2.5x on a 768x3072
@@ -26,6 +28,7 @@ from ir import expr as E
 from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
+from codegen.numba_cpu import rowcache
 from codegen.numba_cpu.loopnest import (Nest, declare_locals, first_wcr, identity_literal, kernel_locals, scope,
                                         tasklet_line)
 
@@ -38,10 +41,14 @@ NP = {"float32": "np.float32", "float64": "np.float64", "int64": "np.int64", "in
 def emit(nest: Nest, m: MapNode, parallel: bool) -> str:
     """Print ``m``'s loops with the schedule ``choose`` picks; returns its name."""
     kind = choose(m)
+    cache = rowcache.plan(m, set(nest.written)) if kind == "default" else None
     if kind == "tiled":
         _tiled(nest, m, parallel)
     elif kind == "columns":
         _columns(nest, m)
+    elif cache is not None:
+        rowcache.emit(nest, m, parallel, cache)
+        return "rows"
     else:
         scope(nest, m, True, parallel)
     return kind
@@ -130,7 +137,7 @@ def _columns(nest: Nest, m: MapNode) -> None:
     first = first_wcr(m)
     inits = []
     for loc, c in m.locals.items():
-        name = f"t{len(nest.locals)}"
+        name = nest.new_local()
         nest.pre.append(f"{name} = np.empty({COLUMNS}, {NP[c.dtype]})")
         nest.locals[loc] = (f"{name}[qi]", c.dtype)
         inits.append(f"{name}[:] = {identity_literal(first.get(loc), c.dtype)}")

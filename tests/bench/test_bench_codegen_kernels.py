@@ -1,16 +1,19 @@
 """Benchmark (on demand: ``bash .ci/test tests/bench -k codegen -s``): generated CPU kernels against
-a triad and against op-by-op NumPy, all measured in one run on one thread (FACTS.md: machines are
-noisy, only same-run ratios mean something).
+a triad and against op-by-op NumPy, all measured in one run (FACTS.md: machines are noisy, only
+same-run ratios mean something).
 
 - fused kernels against the bandwidth of a one-pass triad over the same number of bytes
-  (16.8 M floats per tensor, far beyond the caches): the memory-bound chain bias + ReLU +
-  residual must reach >= 70 %; bias + GELU(erf) + residual and bias + residual + LayerNorm
-  are reported (they are compute-bound on one core here: the erf form costs ~25 vector
-  operations and a division per 8 elements, LayerNorm three passes over each row) and
-  guarded against regressions at >= 45 %;
+  (16.8 M floats per tensor, far beyond the caches), on one thread: bias + ReLU + residual,
+  bias + GELU(erf) + residual (``fastmath.fast_gelu``) and bias + residual + LayerNorm
+  (``rowcache``) must each reach >= 70 % (DESIGN.md §9). The kernel and the triad run
+  alternately, PAIRS times each, so both see the same machine; the bar applies to the median
+  of the per-pair ratios (on a shared machine the best times of the two can come from
+  different moments; the ratio of best times is printed beside it). The same kernels as
+  ``prange`` loops on two threads against a two-thread triad are reported (not asserted: two
+  threads were often slower than one here, FACTS.md);
 - the fused AdamW and Lion steps are >= 2.5x faster than the op-by-op NumPy update
   (``codegen/numpy_ref/optimizer.py``, which allocates a temporary per operation).
-Kernels are timed alone with warm, preallocated buffers (median of 15 after warm-up).
+Kernels are timed alone with warm, preallocated buffers.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
 from codegen.numba_cpu import kernel_cache, threads  # noqa: E402
 from codegen.numba_cpu.loopnest import kernel_source  # noqa: E402
-from codegen.numba_cpu.microbench import triad_seconds  # noqa: E402
+from codegen.numba_cpu.microbench import triad_runner  # noqa: E402
 from codegen.numpy_ref.optimizer import adamw_step  # noqa: E402
 from codegen.numpy_ref.registry import lookup  # noqa: E402
 from ir import lowering  # noqa: E402
@@ -36,6 +39,7 @@ from tests.unit.ir.onnx_models import model, vi  # noqa: E402
 
 pytestmark = pytest.mark.bench
 REPS = 15
+PAIRS = 31
 
 
 def _median(fn) -> float:
@@ -55,9 +59,9 @@ def _only_kernel(graph):
     return maps[0]
 
 
-def _kernel_call(graph, m):
+def _kernel_call(graph, m, parallel: bool = False):
     """The compiled kernel of map ``m`` with random inputs and preallocated outputs."""
-    ks = kernel_source(m, graph)
+    ks = kernel_source(m, graph, parallel=parallel)
     fn = kernel_cache.load(ks)
     rng = np.random.default_rng(0)
     args = []
@@ -117,22 +121,52 @@ def _bias_relu_residual():
     return _fused(nodes, [vi("x", shape), vi("r", shape)], [vi("y", shape)], [b])
 
 
-CASES = {"bias_relu_residual": (_bias_relu_residual, 0.70), "bias_gelu_residual": (_bias_gelu_residual, 0.45),
-         "bias_residual_layernorm": (_bias_residual_layernorm, 0.45)}
+CASES = {"bias_relu_residual": _bias_relu_residual, "bias_gelu_residual": _bias_gelu_residual,
+         "bias_residual_layernorm": _bias_residual_layernorm}
+BAR = 0.70
+
+
+def _against_triad(case: str, threads_info, parallel: bool) -> tuple[float, float]:
+    """(median per-pair ratio, best-time ratio) of kernel bandwidth to triad bandwidth, printed."""
+    g = CASES[case]()
+    call, nbytes = _kernel_call(g, _only_kernel(g), parallel)
+    n = nbytes // 12                       # a triad over the same bytes: 3 float32 arrays
+    triad = triad_runner(n)
+    call(), call()
+    t_kernel, t_triad = [], []
+    for _ in range(PAIRS):
+        for fn, times in ((triad, t_triad), (call, t_kernel)):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    best = (nbytes / min(t_kernel)) / (12 * n / min(t_triad))
+    ratio = statistics.median((nbytes / k) / (12 * n / t) for k, t in zip(t_kernel, t_triad))
+    t_k, t_t = statistics.median(t_kernel), statistics.median(t_triad)
+    print(f"\n{case}: {nbytes / 1e6:.1f} MB in {t_k * 1e3:.2f} ms = {nbytes / t_k / 1e9:.2f} GB/s; "
+          f"triad {12 * n / t_t / 1e9:.2f} GB/s (medians); ratio {ratio:.0%} (median of {PAIRS} pairs; "
+          f"best times {best:.0%}; bar {BAR:.0%}; {threads_info}{'; prange' if parallel else ''})")
+    return ratio, best
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fused_kernels_against_a_triad(one_thread, case):
-    build, bar = CASES[case]
-    g = build()
-    call, nbytes = _kernel_call(g, _only_kernel(g))
-    t_kernel = _median(call)
-    n = nbytes // 12                       # a triad over the same bytes: 3 float32 arrays
-    t_triad = min(triad_seconds(n, REPS))
-    ratio = (nbytes / t_kernel) / (12 * n / t_triad)
-    print(f"\n{case}: {nbytes / 1e6:.1f} MB in {t_kernel * 1e3:.2f} ms = {nbytes / t_kernel / 1e9:.2f} GB/s; "
-          f"triad {12 * n / t_triad / 1e9:.2f} GB/s; ratio {ratio:.0%} (bar {bar:.0%}; {one_thread})")
-    assert ratio >= bar
+    ratio, _ = _against_triad(case, one_thread, parallel=False)
+    assert ratio >= BAR
+
+
+@pytest.fixture()
+def two_threads():
+    info = threads.pin(2)
+    yield info
+    threads.pin(1)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_report_fused_kernels_on_two_threads(two_threads, case):
+    if two_threads.numba < 2:
+        pytest.skip(f"numba runs on {two_threads.numba} thread(s) here")
+    ratio, best = _against_triad(case, two_threads, parallel=True)
+    assert ratio > 0 and best > 0
 
 
 def _optimizer_graph(op: str, n: int, **attrs):

@@ -2,6 +2,8 @@
 executor, canonical shareable kernel text, hoisting, output initialisation, parallel safety, refusals."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -197,4 +199,96 @@ def test_schedules_follow_memory_order():
     assert "columns" in kinds.values() or kinds.get("colsum/expanded") == "columns"
     text = kernel_source(g.nodes["tr/expanded"], g).source
     assert "ba = ia * " in text
+    _same_as_reference(g, 1e-5)
+
+
+def _bias_residual_layernorm(shape=(6, 40)) -> Graph:
+    """bias + residual + LayerNorm, fused into one map over rows (three sweeps per row)."""
+    from tests.peer.test_export_fixtures import fuse_everything
+    from transforms.registry import create
+    rng = np.random.default_rng(3)
+    hidden = shape[-1]
+    inits = [numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), n) for n in ("b", "g", "beta")]
+    nodes = [helper.make_node("Add", ["x", "b"], ["h"]), helper.make_node("Add", ["h", "r"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "beta"], ["y"], axis=-1, epsilon=1e-5)]
+    g = import_proto(model(nodes, [vi("x", list(shape)), vi("r", list(shape))], [vi("y", list(shape))], inits))
+    fuse_everything(g)
+    rf = create("reduction_fusion")
+    while (mt := next((m for m in rf.matches(g) if rf.check(g, m).ok), None)) is not None:
+        rf.rewrite(g, mt, 1)
+    return g
+
+
+@pytest.mark.parametrize("shape", [(6, 40), (2, 3, 40), (1, 40)])
+def test_sweeps_recomputing_one_value_share_a_row_buffer(shape):
+    """The LayerNorm sweeps read bias + residual from a row buffer (``rowcache``), and the first sweep
+    of the next row runs inside the last sweep of this one (two buffers, skewed along the last row
+    param): x and r are read once per row, results are the reference's."""
+    from codegen.numba_cpu import rowcache, schedules
+    g = _bias_residual_layernorm(shape)
+    (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    assert schedules.choose(m) == "default"
+    cache = rowcache.plan(m, {"y"})
+    assert cache is not None and len(cache.sweeps) == 3 and cache.length == 2
+    assert rowcache.can_skew(m, cache, parallel=False)
+    assert rowcache.can_skew(m, cache, parallel=True) == (len(shape) > 2)   # never across prange rows
+    text = kernel_source(m, g).source
+    residual_reads = re.findall(r"\+ a2\[([^\]]*)\]", text)
+    assert "cur, nxt = (c0, c1)" in text and len(residual_reads) == 2, text       # prologue, next row
+    assert all("pn" in ix.split(", ") for ix in residual_reads), residual_reads
+    assert text.count("= cur[") == 3, text
+    _same_as_reference(g, 1e-5)
+
+
+def test_sweeps_that_differ_get_no_row_buffer():
+    """A softmax over a raw input has nothing to cache: every sweep reads x itself (one load)."""
+    from codegen.numba_cpu import rowcache
+    m = model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [vi("x", [4, 8])], [vi("y", [4, 8])])
+    g = import_proto(m)
+    lowering.expand_all(g)
+    (sm,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    assert rowcache.plan(sm, {"y"}) is None
+    _same_as_reference(g, 1e-5)
+
+
+def test_gelu_prints_as_one_fast_form_with_the_opaque_zero():
+    """GELU's erf expansion becomes ``fast_gelu(t, z0)``; ``z0`` comes from a trailing zero extent."""
+    from codegen.numba_cpu.loopnest import ZERO
+    m = model([helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")], [vi("x", [4, 8])], [vi("y", [4, 8])])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    g = import_proto(m)
+    lowering.expand_all(g)
+    (gm,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    ks = kernel_source(gm, g)
+    assert "fast_gelu(" in ks.source and "erf" not in ks.source and ks.helpers == ("fast_gelu",)
+    assert ks.extents[-1] == 0 and f"{ZERO} = np.float32(n{len(ks.extents) - 1})" in ks.source
+    _same_as_reference(g, 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 32768, 4), (65536, 4)])
+def test_row_buffers_of_a_prange_kernel_are_per_row_block(shape):
+    """With ``prange`` over the rows each thread's iterations allocate their own buffers, and rows
+    are skewed only along an inner row param: the parallel kernel equals the serial one (up to the
+    summation order the compiler picks for each)."""
+    from codegen.numba_cpu import kernel_cache
+    g = _bias_residual_layernorm(shape)
+    (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    serial, par = kernel_source(m, g), kernel_source(m, g, parallel=True)
+    assert par.parallel and "prange" in par.source and ("cur, nxt" in par.source) == (len(shape) > 2)
+    rng = np.random.default_rng(0)
+    outs = []
+    for ks in (serial, par):
+        args = [rng.standard_normal(g.containers[c].concrete_shape(g.bindings)).astype(np.float32) for c in ks.arrays]
+        rng = np.random.default_rng(0)
+        kernel_cache.load(ks)(*args, *ks.extents)
+        outs.append(args[ks.arrays.index("y")])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=2e-6)
+
+
+def test_row_buffer_without_row_params():
+    """A LayerNorm over a whole 1-D tensor is one row and no row loop: buffer, no skew."""
+    g = _bias_residual_layernorm((40,))
+    (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    text = kernel_source(m, g).source
+    assert "c0 = np.empty(" in text and "nxt" not in text, text
     _same_as_reference(g, 1e-5)
