@@ -1,7 +1,9 @@
 """A top-level ``MapNode`` as one CUDA C kernel, printed from the same ``ir.expr`` trees.
 
-``kernel_source(map, graph, storage=None)`` returns a ``KernelSource`` (the CPU
-backend's record) whose ``source`` is CUDA C: ``extern "C" __global__ void k_<sha>(…)``.
+``kernel_source(map, graph, storage=None)`` returns a ``CudaKernel`` (the CPU backend's
+``KernelSource`` plus a ``launch.Launch``) whose ``source`` is CUDA C: ``extern "C" __global__
+void k_<sha>(…)``. Row and column reductions (``reduction_pattern``) are printed as block
+kernels by ``reductions``; everything else by ``points_kernel`` here:
 
 - One thread per point of the map's own parameters (flattened, ``extents`` = their
   trip counts, then the stops of nested loops); nested maps are loops inside the
@@ -17,6 +19,10 @@ backend's record) whose ``source`` is CUDA C: ``extern "C" __global__ void k_<sh
   containers are stored in that type, except those written with a wcr (accumulators
   stay float32, as ``mixed_precision`` requires).
 
+``PRELUDE`` (shared by every kernel, so many compile as one unit) holds the NaN-propagating
+``dcs_max``/``dcs_min`` (as ``np.maximum``), ``dcs_op<OP>`` (OP: 0 sum, 1 prod, 2 max, 3 min) and
+the warp reduction ``dcs_warp<OP>`` (``__shfl_xor_sync`` butterfly, lane 0's result broadcast).
+
 Arrays are indexed with strides of their (C-contiguous) shapes, written into the
 text, so the text is specific to the sizes; the hash-derived name makes it unique.
 """
@@ -24,7 +30,8 @@ from __future__ import annotations
 
 import hashlib
 
-from codegen.numba_cpu.loopnest import (KernelSource, UnsupportedMap, check_loop_safe, first_wcr, kernel_locals,
+from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
+from codegen.numba_cpu.loopnest import (UnsupportedMap, check_loop_safe, first_wcr, kernel_locals,
                                         output_init)
 from ir import expr as E
 from ir.graph import Graph
@@ -42,8 +49,21 @@ PRELUDE = """#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #define DCS_INF __int_as_float(0x7f800000)
 
-template <typename T> __device__ T dcs_max(T a, T b) { return a > b ? a : b; }
-template <typename T> __device__ T dcs_min(T a, T b) { return a < b ? a : b; }
+#define DCS_FULL_MASK 0xffffffffu
+
+template <typename T> __device__ T dcs_max(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> __device__ T dcs_min(T a, T b) { return (a < b || a != a) ? a : b; }
+template <int OP, typename T> __device__ __forceinline__ T dcs_op(T a, T b) {
+  if (OP == 0) return a + b;
+  if (OP == 1) return a * b;
+  if (OP == 2) return dcs_max(a, b);
+  return dcs_min(a, b);
+}
+template <int OP, typename T> __device__ __forceinline__ T dcs_warp(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = dcs_op<OP>(v, __shfl_xor_sync(DCS_FULL_MASK, v, o));
+  return __shfl_sync(DCS_FULL_MASK, v, 0);
+}
 __device__ float dcs_cas(float* addr, float v, int op) {
   int* p = (int*)addr; int old = *p, seen;
   do { seen = old; float cur = __int_as_float(seen);
@@ -52,7 +72,7 @@ __device__ float dcs_cas(float* addr, float v, int op) {
   return __int_as_float(old);
 }
 """
-BLOCK = 256
+BLOCK = POINTS_BLOCK
 
 
 class _Cuda:
@@ -68,6 +88,7 @@ class _Cuda:
         self.locals: dict[str, tuple[str, str]] = {}
         self.lines: list[str] = []
         self.depth = 1
+        self.owners: set[str] = {p for p, _ in m.params}   # params a write index must hold to be owned
 
     def line(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)
@@ -196,6 +217,11 @@ def _body(k: _Cuda, m: MapNode) -> None:
 
 
 def _tasklet(k: _Cuda, t: Tasklet) -> None:
+    k.line(_store(k, t.output, _value(k, t)))
+
+
+def _value(k: _Cuda, t: Tasklet) -> str:
+    """The tasklet's expression in CUDA C, its inputs loaded (16-bit storage widened to float)."""
     names = {}
     for conn, mem in t.inputs.items():
         if mem.container in k.locals:
@@ -205,15 +231,14 @@ def _tasklet(k: _Cuda, t: Tasklet) -> None:
             load = k.element(mem)
             names[conn] = LOAD[dt].format(load) if dt in LOAD else load
     names.update(k.params)
-    value = E.to_cuda(t.expr, names)
-    k.line(_store(k, t.output, value))
+    return E.to_cuda(t.expr, names)
 
 
 def _owned(k: _Cuda, out: Memlet) -> bool:
-    """Every thread writes its own element: the index holds each thread parameter directly."""
-    top = {p for p, _ in k.m.params}
+    """Every thread writes its own element: the index holds each owner parameter directly
+    (the thread parameters; in block kernels also the parameters the block's threads split)."""
     direct = {ix.name for ix in (out.subset or ()) if isinstance(ix, E.Var)}
-    return top <= direct
+    return k.owners <= direct
 
 
 def _store(k: _Cuda, out: Memlet, value: str) -> str:
@@ -242,8 +267,23 @@ def _combine(wcr: str | None, old: str, new: str) -> str:
     return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
 
 
-def kernel_source(m: MapNode, graph: Graph, *, storage: str | None = None) -> KernelSource:
-    """The CUDA kernel of top-level map ``m`` (``UnsupportedMap`` when it has none)."""
+def kernel_source(m: MapNode, graph: Graph, *, storage: str | None = None, schedule: str = "auto") -> CudaKernel:
+    """The CUDA kernel of top-level map ``m`` (``UnsupportedMap`` when it has none).
+
+    ``schedule="auto"`` prints a row or column reduction as a block kernel (``reductions``)
+    when ``reduction_pattern`` finds one, else one thread per point; ``"points"`` forces the latter."""
+    if schedule not in ("auto", "points"):
+        raise ValueError(f"unknown schedule {schedule!r}; expected 'auto' or 'points'")
+    if schedule == "auto":
+        from codegen.cupy_cuda import reductions    # imports this module: resolved at call time
+        block = reductions.block_kernel(m, graph, storage=storage)
+        if block is not None:
+            return block
+    return points_kernel(m, graph, storage=storage)
+
+
+def points_kernel(m: MapNode, graph: Graph, *, storage: str | None = None) -> CudaKernel:
+    """One thread per point of ``m``'s own parameters; nested maps are loops in the thread."""
     k = _Cuda(m, graph, storage)
     _collect(k)
     try:
@@ -253,11 +293,18 @@ def kernel_source(m: MapNode, graph: Graph, *, storage: str | None = None) -> Ke
         if isinstance(e, UnsupportedMap):
             raise
         raise UnsupportedMap(f"cannot print for CUDA: {e}") from None
-    body = "\n".join(k.lines)
-    text = PRELUDE + "\n" + _signature(k, "KERNEL") + " {\n" + body + "\n}\n"
+    return finish(k, "\n".join(k.lines), "", launch("points", (BLOCK, 1), BLOCK, k.extents, len(m.params)))
+
+
+def finish(k: _Cuda, body: str, bounds: str, how: Launch) -> CudaKernel:
+    """The kernel record: PRELUDE + signature + body, named by the hash of its text."""
+    sig = _signature(k, "KERNEL")
+    if bounds:
+        sig = sig.replace(" void KERNEL(", f" void {bounds} KERNEL(", 1)
+    text = PRELUDE + "\n" + sig + " {\n" + body + "\n}\n"
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    text = text.replace("void KERNEL(", f"void {name}(", 1)
-    init = {c: output_init(m, c, graph) for c in k.written}
+    text = text.replace(" KERNEL(", f" {name}(", 1)
+    init = {c: output_init(k.m, c, k.graph) for c in k.written}
     dtypes = {c: k.dtype(c) for c in k.arrays}
-    return KernelSource(name, text, (), tuple(k.arrays), tuple(k.written), tuple(k.extents), False, init,
-                        storage=dtypes, threads=len(m.params))
+    return CudaKernel(name, text, (), tuple(k.arrays), tuple(k.written), tuple(k.extents), False, init,
+                      storage=dtypes, threads=len(k.m.params), launch=how)

@@ -5,7 +5,9 @@ is backend-neutral, see ``codegen.numba_cpu.module``), with:
 
 - ``kernels/k_<sha>.py``: the CUDA C text of one kernel (``cuda_source``) and a
   launcher ``k_<sha>(arrays…, extents…)`` that compiles it once through
-  ``cupy.RawKernel`` and launches one thread per point of the map (256 per block);
+  ``cupy.RawKernel`` and launches it with the kernel's ``Launch`` record: its block shape,
+  and the grid computed from the extents by a verbatim copy of ``launch.grid_blocks``
+  (one thread per point, 256 per block; a block or warp per row; 32 columns per block);
 - ``_lib.py``: a copy of ``codegen/cupy_cuda/library.py`` (cuBLAS contractions, device
   buffers, the host fallback for ops without a kernel).
 
@@ -14,23 +16,31 @@ kernel compile-checked (``nvrtc``).
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
-from codegen.cupy_cuda.cuda_source import BLOCK, kernel_source
+from codegen.cupy_cuda.cuda_source import kernel_source
+from codegen.cupy_cuda.launch import CudaKernel, grid_blocks
 from codegen.export.namespace import literal
 from codegen.export.package import Backend, ExportResult
 from codegen.export.package import export_package as _export
-from codegen.numba_cpu.loopnest import KernelSource
 
-LAUNCHER = '''"""dcstudio CUDA kernel {name} (generated; content-addressed)."""
+LAUNCHER = '''"""dcstudio CUDA kernel {name} (generated; content-addressed).
+
+Launch: {kind}, block {block}, static shared memory {shared_bytes} bytes; grid from the extents.
+"""
 import cupy as cp
 
 SOURCE = {source}
 N_ARRAYS = {n_arrays}
 N_THREAD_EXTENTS = {threads}
 BLOCK = {block}
+PER_BLOCK = {per_block}
+SPLIT_LAST = {split_last}
 _kernel = None
 
+
+{grid_function}
 
 def {name}(*args):
     """Launch with arrays (inputs, then outputs) and loop extents, as the CPU kernels are called."""
@@ -39,11 +49,9 @@ def {name}(*args):
         _kernel = cp.RawKernel(SOURCE, {name_literal}, options=("-std=c++17",))
     arrays = [a if a.flags.c_contiguous else cp.ascontiguousarray(a) for a in args[:N_ARRAYS]]
     extents = [int(n) for n in args[N_ARRAYS:]]
-    total = 1
-    for n in extents[:N_THREAD_EXTENTS]:
-        total *= n
-    if total:
-        _kernel(((total + BLOCK - 1) // BLOCK,), (BLOCK,), (*arrays, *[cp.int64(n) for n in extents]))
+    blocks = grid_blocks(extents, N_THREAD_EXTENTS, PER_BLOCK, SPLIT_LAST)
+    if blocks:
+        _kernel((blocks,), BLOCK, (*arrays, *[cp.int64(n) for n in extents]), shared_mem=0)
 '''
 
 
@@ -54,9 +62,12 @@ def _source_literal(text: str) -> str:
     return literal(text)
 
 
-def kernel_module(ks: KernelSource) -> str:
+def kernel_module(ks: CudaKernel) -> str:
+    how = ks.launch
     return LAUNCHER.format(name=ks.name, source=_source_literal(ks.source), n_arrays=len(ks.arrays),
-                           threads=ks.threads, block=BLOCK, name_literal=literal(ks.name))
+                           threads=ks.threads, block=literal(tuple(how.block)), per_block=how.per_block,
+                           split_last=how.split_last, kind=how.kind, shared_bytes=how.shared_bytes,
+                           grid_function=inspect.getsource(grid_blocks), name_literal=literal(ks.name))
 
 
 def kernels_init(names: list[str]) -> str:

@@ -1,0 +1,319 @@
+"""Block reductions of the CUDA backend: which maps take them, what they print, and that they compute
+the reference's values — on the host through ``cuda_emulation`` (g++ against an emulation of threads,
+warps, shuffles, barriers and shared memory), and on a device when one exists (skipped here with the
+reason "no CUDA device"). Compiling every kernel with NVRTC is ``test_cuda_compile.py``'s job."""
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from codegen.cupy_cuda import reduction_pattern as RP
+from codegen.cupy_cuda.cuda_source import PRELUDE, kernel_source
+from codegen.cupy_cuda.export import kernel_module
+from codegen.cupy_cuda.launch import grid_blocks
+from codegen.export.prepare import lower_for_codegen
+from codegen.numpy_ref.executor import run
+from codegen.numpy_ref.maps import identity
+from ir import expr as E
+from ir.containers import Container
+from ir.graph import Graph
+from ir.memlet import Memlet, Range
+from ir.nodes import MapNode, Tasklet
+from ir.onnx_import import import_proto
+from tests.unit.codegen import cuda_emulation
+from tests.unit.ir.onnx_models import vi
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
+SOFTMAX = "fused:/layer/attention/self/Mul/expanded"
+LAYERNORM = "fused:/layer/attention/output/dense/Add/expanded"
+LAYERNORM_GRAD = "fused:/layer/output/LayerNorm/Mul/LayerNormFusion/_Grad/LayerNormalizationGrad_0/expanded"
+SOFTMAX_GRAD = "fused:/layer/attention/self/Softmax_Grad/SoftmaxGrad_13_0/expanded"
+BIAS_GRAD = "fused:/layer/attention/self/value/Add_Grad/ReduceSum_1/expanded"
+GELU_BIAS_GRAD = "fused:Gelu_Grad/GeluGrad_0/expanded"
+REDUCE_MEAN = "onnx::ReduceMean::7/expanded"
+
+
+@pytest.fixture(scope="module")
+def recipe() -> Graph:
+    from studio.export_cmd import load_with_history
+    g, _ = load_with_history(str(EXAMPLES / "bert_layer_base_train.onnx"),
+                             str(EXAMPLES / "bert_layer_base_train.history.json"), [])
+    return lower_for_codegen(g)
+
+
+def _body(ks) -> str:
+    assert ks.source.startswith(PRELUDE)
+    return ks.source[len(PRELUDE):]
+
+
+# --- (a) which maps take the block paths, and what they print ----------------------------------------
+
+def test_the_bundled_recipe_has_eleven_block_reductions(recipe):
+    kinds = collections.Counter(kernel_source(m, recipe).launch.kind for m in recipe.nodes.values()
+                                if isinstance(m, MapNode))
+    assert kinds == {"rows": 5, "columns": 4, "warp_rows": 2, "points": 7}
+    expected = {SOFTMAX: "warp_rows", SOFTMAX_GRAD: "warp_rows", LAYERNORM: "rows", LAYERNORM_GRAD: "rows",
+                REDUCE_MEAN: "rows", BIAS_GRAD: "columns", GELU_BIAS_GRAD: "columns"}
+    assert {k: kernel_source(recipe.nodes[k], recipe).launch.kind for k in expected} == expected
+
+
+def test_attention_softmax_is_one_warp_per_row(recipe):
+    ks = kernel_source(recipe.nodes[SOFTMAX], recipe)
+    body = _body(ks)
+    assert "__shfl_xor_sync" in PRELUDE and "dcs_warp<2>(s0)" in body and "dcs_warp<0>(s1)" in body
+    assert ks.launch.block == (32, 4) and ks.launch.grid == 8 * 12 * 128 // 4 and ks.launch.shared_bytes == 0
+    assert "__launch_bounds__(128)" in body and "blockIdx.x * 4 + threadIdx.y" in body
+    assert "j = threadIdx.x; j < 128; j += 32" in body and "__syncthreads" not in body
+
+
+def test_layernorm_forward_is_one_block_per_row(recipe):
+    ks = kernel_source(recipe.nodes[LAYERNORM], recipe)
+    body = _body(ks)
+    assert ks.launch.kind == "rows" and ks.launch.block == (256, 1) and ks.launch.grid == 8 * 128
+    assert body.count("__syncthreads();") == 2 and ks.launch.shared_bytes == 2 * 8 * 4   # sum, then sq_sum
+    assert "long long rest = blockIdx.x;" in body and "j = threadIdx.x; j < 768; j += 256" in body
+    assert body.count("if (threadIdx.x == 0)") == 2                                        # saved mean, inv std
+
+
+def test_layernorm_backward_reduces_both_sums_at_one_barrier(recipe):
+    ks = kernel_source(recipe.nodes[LAYERNORM_GRAD], recipe)
+    body = _body(ks)
+    assert ks.launch.kind == "rows" and body.count("__syncthreads();") == 1
+    assert "if (lane == 0) { dcs_s0[warp] = s0; dcs_s1[warp] = s1; }" in body
+    assert body.count("atomicAdd(") == 3             # dbias, dscale, the fused dense bias gradient: across rows
+
+
+def test_bias_gradient_is_a_column_reduction(recipe):
+    ks = kernel_source(recipe.nodes[BIAS_GRAD], recipe)
+    body = _body(ks)
+    assert ks.launch.kind == "columns" and ks.launch.block == (32, 32) and ks.launch.grid == 768 // 32
+    assert "__shared__ float dcs_s0[32][32];" in body and ks.launch.shared_bytes == 4096
+    assert "dcs_s0[threadIdx.y][threadIdx.x] = s0;" in body and "atomicAdd" not in body
+    assert "j = threadIdx.y; active && j < 1024; j += 32" in body
+    assert body.count("if (active && threadIdx.y == 0)") == 3       # m, v and the bias itself
+
+
+def test_a_full_reduction_is_one_block(recipe):
+    ks = kernel_source(recipe.nodes[REDUCE_MEAN], recipe)
+    assert ks.launch.kind == "rows" and ks.launch.grid == 1 and ks.launch.block == (1024, 1)
+
+
+def test_points_schedule_and_other_maps_keep_one_thread_per_point(recipe):
+    ks = kernel_source(recipe.nodes[SOFTMAX], recipe, schedule="points")
+    assert ks.launch.kind == "points" and "dcs_warp" not in _body(ks) and "tid >= " in _body(ks)
+    with pytest.raises(ValueError, match="unknown schedule"):
+        kernel_source(recipe.nodes[SOFTMAX], recipe, schedule="warps")
+
+
+def test_fixture_graphs_take_the_block_paths(fixtures_dir):
+    from tests.peer.test_export_fixtures import fixture_graph
+    g = lower_for_codegen(fixture_graph(fixtures_dir, "joint/tiny_resnet_joint", False)[0])
+    kinds = collections.Counter(kernel_source(m, g).launch.kind for m in g.nodes.values()
+                                if isinstance(m, MapNode))
+    assert kinds["rows"] >= 10 and kinds["warp_rows"] >= 1
+    small = lower_for_codegen(fixture_graph(fixtures_dir, "ort/bert_layer_small/train_step_adamw", True)[0])
+    plans = {m.id: RP.plan_for(m, small) for m in small.nodes.values() if isinstance(m, MapNode)}
+    ln_grad = [p for k, p in plans.items() if "LayerNormalizationGrad" in k]
+    assert ln_grad and all(p and p.kind == "warp_rows" for p in ln_grad)        # rows of 64
+    softmax = [p for k, p in plans.items() if k.endswith("Softmax/expanded")]
+    assert softmax and all(p.reason.startswith("rows of 16 < 32") for p in softmax)
+
+
+# --- pure-Python pieces: pattern refusals and launch shapes ----------------------------------------
+
+def _row_map(*, read_own=False, plain_local=False, racy=False, dependent=False) -> MapNode:
+    """map[i=0:64] { local s; map[r=0:256] { s (wcr=sum) = x[i, r] }; y[i] = s } and near misses."""
+    i, r = E.Var("i"), E.Var("r")
+    stop = E.Bin("add", i, E.Const(1, "int64")) if dependent else E.Const(256, "int64")
+    inner = [Tasklet("acc", E.Var("v"), {"v": Memlet("x", (i, r))}, Memlet("s", None, None, None if plain_local
+                                                                               else "sum"))]
+    if read_own:
+        inner.append(Tasklet("use", E.Var("v"), {"v": Memlet("s")}, Memlet("z", (i, r))))
+    if racy:
+        inner.append(Tasklet("last", E.Var("v"), {"v": Memlet("x", (i, r))}, Memlet("w", (i,))))
+    body = [MapNode("n", [("r", Range(E.Const(0, "int64"), stop, 1))], inner),
+            Tasklet("out", E.Var("v"), {"v": Memlet("s")}, Memlet("y", (i,)))]
+    return MapNode("m", [("i", Range.of(0, 64))], body, locals={"s": Container("s", (), "float32")})
+
+
+@pytest.mark.parametrize("kwargs,reason", [
+    ({"read_own": True}, "'s' is read inside the nested map that reduces it"),
+    ({"plain_local": True}, "map local 's' is written without a wcr inside a nested map"),
+    ({"racy": True}, "'w' is written inside a nested map at an index that does not hold every param"),
+    ({"dependent": True}, "nested param 'r' has a range that depends on another param"),
+])
+def test_near_misses_say_why(kwargs, reason):
+    assert RP.plan_for(_row_map(), Graph()).kind == "rows"
+    refusal = RP.plan_for(_row_map(**kwargs), Graph())
+    assert not refusal and refusal.reason.startswith(reason)
+
+
+def test_a_map_reading_what_it_writes_is_refused():
+    m = _row_map()
+    m.body.append(Tasklet("again", E.Var("v"), {"v": Memlet("y", (E.Var("i"),))}, Memlet("q", (E.Var("i"),))))
+    assert RP.plan_for(m, Graph()).reason == "the map reads 'y', which it also writes: threads of a block would race"
+
+
+def test_launch_shapes_follow_the_row_length():
+    assert [RP.row_block(n) for n in (129, 300, 768, 1024, 3072, 786432)] == [64, 128, 256, 256, 1024, 1024]
+    assert RP.choose_shape("rows", 128) == ("warp_rows", (32, 4), 4)
+    assert RP.choose_shape("rows", 32) == ("warp_rows", (32, 4), 4)
+    assert RP.choose_shape("rows", 129) == ("rows", (64, 1), 1)
+    assert not RP.choose_shape("rows", 31)
+    assert [RP.column_split(n) for n in (64, 100, 200, 1024, 10**6)] == [4, 4, 8, 32, 32]
+    assert RP.choose_shape("columns", 1024) == ("columns", (32, 32), 32) and not RP.choose_shape("columns", 63)
+
+
+def test_grid_formula_and_the_exported_launcher_agree(recipe):
+    assert grid_blocks([8, 12, 128], 3, 4, False) == 3072
+    assert grid_blocks([3, 40], 2, 32, True) == 3 * 2 and grid_blocks([], 0, 1, False) == 1
+    assert grid_blocks([1000], 1, 256, False) == 4 and grid_blocks([0, 5], 2, 1, False) == 0
+    for m in recipe.nodes.values():
+        if isinstance(m, MapNode):
+            ks = kernel_source(m, recipe)
+            launcher: dict = {}
+            exec(compile(kernel_module(ks), ks.name, "exec"), launcher)      # imports cupy: no device needed
+            assert launcher["BLOCK"] == ks.launch.block
+            got = launcher["grid_blocks"](list(ks.extents), launcher["N_THREAD_EXTENTS"], launcher["PER_BLOCK"],
+                                          launcher["SPLIT_LAST"])
+            assert got == ks.launch.grid > 0
+
+
+def test_static_shared_memory_in_ptx_matches_the_record(recipe):
+    from cupy.cuda import nvrtc as raw
+    from codegen.cupy_cuda.nvrtc import available, include_dir
+    if available():
+        pytest.skip(available())
+    for key in (LAYERNORM, LAYERNORM_GRAD, BIAS_GRAD, SOFTMAX):
+        ks = kernel_source(recipe.nodes[key], recipe)
+        prog = raw.createProgram(ks.source, "k.cu", [], [])
+        raw.compileProgram(prog, ["-arch=sm_80", "-std=c++17", f"-I{include_dir()}"])
+        ptx = raw.getPTX(prog)
+        ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+        raw.destroyProgram(prog)
+        shared = sum(int(n) for n in re.findall(r"\.shared \.align \d+ \.b8 \S+\[(\d+)\];", ptx))
+        assert shared == ks.launch.shared_bytes, key
+
+
+# --- (c, d) running the kernels: host emulation here, the device where there is one ----------------
+
+def _graph(op: str, shape: list[int], out_shape: list[int], *, domain: str = "", extra=(), inits=(), **attrs):
+    inputs = [vi("x", shape)] + [vi(n, s) for n, s in extra]
+    node = helper.make_node(op, ["x"] + [n for n, _ in extra] + [i.name for i in inits], ["y"], domain=domain, **attrs)
+    g = helper.make_graph([node], op, inputs, [vi("y", out_shape)], list(inits))
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return lower_for_codegen(import_proto(helper.make_model(g, opset_imports=opsets)))
+
+
+def _ln_grad():
+    inputs = [vi("dy", [2, 3, 300]), vi("x", [2, 3, 300]), vi("scale", [300]), vi("mean", [2, 3, 1]),
+              vi("inv", [2, 3, 1])]
+    node = helper.make_node("LayerNormalizationGrad", [i.name for i in inputs], ["dx", "dscale", "dbias"],
+                            domain="com.microsoft", axis=-1)
+    outs = [vi("dx", [2, 3, 300]), vi("dscale", [300]), vi("dbias", [300])]
+    g = helper.make_graph([node], "lng", inputs, outs)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return lower_for_codegen(import_proto(helper.make_model(g, opset_imports=opsets)))
+
+
+def _axes(*a):
+    return [numpy_helper.from_array(np.array(a, np.int64), "axes")]
+
+
+CASES = {   # name: (graph builder, expected launch kind)
+    "softmax_rows": (lambda: _graph("Softmax", [2, 3, 200], [2, 3, 200], axis=-1), "rows"),
+    "logsoftmax_warp": (lambda: _graph("LogSoftmax", [5, 100], [5, 100], axis=-1), "warp_rows"),
+    "layernorm_rows": (lambda: _graph("LayerNormalization", [6, 300], [6, 300], extra=[("s", [300]), ("b", [300])],
+                                      axis=-1), "rows"),
+    "layernorm_grad_rows": (_ln_grad, "rows"),
+    "column_sum": (lambda: _graph("ReduceSum", [200, 40], [40], inits=_axes(0), keepdims=0), "columns"),
+    "column_max_lead": (lambda: _graph("ReduceMax", [3, 77, 9], [3, 9], axes=[1], keepdims=0), "columns"),
+    "prod_warp": (lambda: _graph("ReduceProd", [3, 40], [3], axes=[1], keepdims=0), "warp_rows"),
+    "mean_all": (lambda: _graph("ReduceMean", [4, 50, 30], [], axes=[0, 1, 2], keepdims=0), "rows"),
+}
+NEAR_ONE = {"prod_warp"}          # a product of 40 standard normals under- and overflows; of values near 1 not
+
+
+def _case(name: str, storage=None, seed=0):
+    """(kernel, arrays for it, expected outputs) of the one block-reduction map of case ``name``."""
+    g = CASES[name][0]()
+    [m] = [m for m in g.nodes.values() if isinstance(m, MapNode) and RP.plan_for(m, g)]
+    ks = kernel_source(m, g, storage=storage)
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for n in g.inputs:
+        x = rng.standard_normal(g.containers[n].concrete_shape(g.bindings))
+        feeds[n] = (1 + 0.02 * x if name in NEAR_ONE else np.abs(x) + 0.5 if n == "inv" else x).astype(np.float32)
+    values = run(g, feeds, outputs=list(ks.arrays))
+    arrays = {c: values[c] for c in ks.arrays if c not in ks.outputs}
+    for c in ks.outputs:
+        init, v = ks.init[c], values[c]
+        fill = np.nan if init.kind == "empty" else 0 if init.kind == "zeros" else identity(init.wcr, v.dtype)
+        arrays[c] = np.full(v.shape, fill, v.dtype)
+    return ks, arrays, {c: values[c] for c in ks.outputs}
+
+
+def _assert_close(got: dict, want: dict, rtol: float) -> None:
+    for c, w in want.items():
+        scale = max(float(np.abs(w).max()), 1e-30)
+        err = float(np.abs(np.asarray(got[c], np.float64) - w).max()) / scale
+        assert err <= rtol, f"{c}: relative error {err:.3g} > {rtol}"
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    reason = cuda_emulation.available()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_block_kernels_compute_the_reference_in_host_emulation(emulator, tmp_path, name):
+    ks, arrays, want = _case(name)
+    assert ks.launch.kind == CASES[name][1]
+    _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path), want, 2e-6)
+
+
+@pytest.mark.parametrize("name", ["softmax_rows", "layernorm_rows", "column_sum"])
+def test_bfloat16_storage_block_kernels_in_host_emulation(emulator, tmp_path, name):
+    ks, arrays, want = _case(name, storage="bfloat16")
+    assert "__bfloat162float(" in _body(ks)
+    _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path), want, 2e-2)
+
+
+def test_recipe_bias_gradient_with_adamw_in_host_emulation(emulator, tmp_path, recipe):
+    from codegen.numpy_ref.feeds import feeds_for
+    ks = kernel_source(recipe.nodes[BIAS_GRAD], recipe)
+    values = run(recipe, feeds_for(recipe), outputs=list(ks.arrays))
+    arrays = {c: values[c] if c not in ks.outputs else np.full(values[c].shape, np.nan, np.float32)
+              for c in ks.arrays}
+    assert all(ks.init[c].kind == "empty" for c in ks.outputs)
+    got = cuda_emulation.emulate(ks, arrays, tmp_path)
+    _assert_close(got, {c: values[c] for c in ks.outputs}, 1e-5)
+
+
+def test_block_kernels_on_a_device():
+    cupy = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
+    try:
+        present = cupy.is_available()
+    except Exception:  # noqa: BLE001 - a driver error means: no device
+        present = False
+    if not present:
+        pytest.skip("no CUDA device")
+    for name in sorted(CASES):
+        for storage, rtol in ((None, 1e-5), ("bfloat16", 2e-2)):
+            ks, arrays, want = _case(name, storage=storage)
+            launcher: dict = {}
+            exec(compile(kernel_module(ks), ks.name, "exec"), launcher)
+            dev = {c: cupy.asarray(cuda_emulation.to_bf16_bits(a) if ks.storage[c] == "bfloat16" else a)
+                   for c, a in arrays.items()}
+            launcher[ks.name](*[dev[c] for c in ks.arrays], *ks.extents)
+            cupy.cuda.runtime.deviceSynchronize()
+            got = {c: cupy.asnumpy(dev[c]) for c in ks.outputs}
+            got = {c: cuda_emulation.from_bf16_bits(v) if ks.storage[c] == "bfloat16" else v for c, v in got.items()}
+            _assert_close(got, want, rtol)
