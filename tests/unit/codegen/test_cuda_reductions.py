@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from codegen.cupy_cuda import reduction_pattern as RP
 from codegen.cupy_cuda.cuda_source import PRELUDE, kernel_source
