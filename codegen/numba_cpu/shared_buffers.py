@@ -92,7 +92,8 @@ def _ir_valid(graph, raw: dict[str, list[str]], refused: dict[str, str]) -> tupl
             elif c not in sh.lives or not memory.is_plannable(graph, c):
                 refused[c] = f"'{c}' is no longer a used transient"
             else:
-                why = next((w for k in kept if (w := sh.conflict(sh.lives[k], sh.lives[c]))), None)
+                others = [k for k in (kept or members) if k != c and k in sh.lives and memory.is_plannable(graph, k)]
+                why = next((w for k in others if (w := sh.conflict(sh.lives[k], sh.lives[c]))), None)
                 refused[c] = why or f"'{c}' shares '{buf}' with no other valid member"
     return valid, sh
 
