@@ -198,11 +198,14 @@ def memory_comment(prog: Program, slots: Plan) -> str:
     """``#`` lines: the arena against ``ir.memory``'s, each honoured recorded buffer and each
     member that fell back."""
     total, interface = ir_arena(prog.graph)
+    temps = sum(prog.nbytes(c) for c in slots.slot_of if c in prog.temps)
     lines = [f"# Memory plan of _step: {slots.nbytes} bytes of intermediates in {len(slots.slots)} slots "
              f"(ARENA_BYTES), plus {sum(slots.out_slots)} bytes of recycled outputs.",
              f"# ir.memory.arena_bytes of this graph: {total} = {interface} inputs, weights and outputs "
              f"+ {total - interface} transients (views, constants and reference outputs need no slot; "
-             "slots are reused across lifetimes)."]
+             "slots are reused across lifetimes)"
+             + (f"; the slots also hold {temps} bytes of GEMM accumulators, which ir.memory does not count."
+                if temps else ".")]
     if not slots.shared and not slots.refused:
         return "\n".join(lines + ["# No recorded buffers (memory_reuse): every slot is planned greedily."]) + "\n"
     lines.append(f"# Recorded buffers (memory_reuse), checked on this graph: {len(slots.shared)} honoured, "

@@ -182,31 +182,39 @@ def recorded_plan(prog: "Program", statements: list["Statement"], keep: Iterable
     mem = _Memory(prog, statements, keep)
     claimed: dict[str, str] = {}                        # storage -> buffer
     for buf, members in valid.items():
-        units: dict[str, Unit] = {}
-        names: dict[str, list[str]] = {}                 # storage -> the members it stands for
-        for c in members:
-            u = mem.unit(c)
-            if isinstance(u, str):
-                out.refused[c] = u
-            elif claimed.get(u.storage, buf) != buf:
-                out.refused[c] = f"'{c}' lives in '{u.storage}', which buffer '{claimed[u.storage]}' holds"
-            else:
-                units[u.storage] = u
-                names.setdefault(u.storage, []).append(c)
-        def stretched(u: Unit) -> bool:   # views keep it alive longer than the IR thinks
-            return u.end > max(sh.lives[c].end for c in names[u.storage])
-        order = sorted(units.values(), key=lambda u: (stretched(u), u.start, u.end, u.storage))
+        names = _storages(buf, members, mem, claimed, out)
+        # units that views keep alive longer than the IR thinks are placed last
+        stretched = {u.storage: u.end > max(sh.lives[c].end for c in cs) for u, cs in names.items()}
+        order = sorted(names, key=lambda u: (stretched[u.storage], u.start, u.end, u.storage))
         shared = _place(buf, order, mem, out)
-        for storage, cs in names.items():
-            if shared is not None and storage in shared.members:
-                out.covered.update({c: storage for c in cs if c != storage})
+        for u, cs in names.items():
+            if shared is not None and u.storage in shared.members:
+                out.covered.update({c: u.storage for c in cs if c != u.storage})
                 continue
-            why = out.refused.get(storage) if storage in cs else out.refused.pop(storage)
-            out.refused.update({c: why if c == storage else f"'{c}' lives in '{storage}': {why}" for c in cs})
+            why = out.refused.get(u.storage) if u.storage in cs else out.refused.pop(u.storage)
+            out.refused.update({c: why if c == u.storage else f"'{c}' lives in '{u.storage}': {why}" for c in cs})
         if shared is not None:
             out.buffers.append(shared)
             claimed.update({c: buf for c in shared.members})
+    for shared in out.buffers:                          # placed after all (refused in another buffer)
+        for c in shared.members:
+            out.refused.pop(c, None)
     return out
+
+
+def _storages(buf: str, members: list[str], mem: _Memory, claimed: dict[str, str],
+              out: RecordedPlan) -> dict[Unit, list[str]]:
+    """Check 2 for one buffer: its units, each with the members it stands for."""
+    names: dict[Unit, list[str]] = {}
+    for c in members:
+        u = mem.unit(c)
+        if isinstance(u, str):
+            out.refused[c] = u
+        elif claimed.get(u.storage, buf) != buf:
+            out.refused[c] = f"'{c}' lives in '{u.storage}', which buffer '{claimed[u.storage]}' holds"
+        else:
+            names.setdefault(u, []).append(c)
+    return names
 
 
 def _place(buf: str, units: list[Unit], mem: _Memory, out: RecordedPlan) -> SharedBuffer | None:
