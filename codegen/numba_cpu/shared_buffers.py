@@ -147,7 +147,8 @@ class _Memory:
         node = prog.graph.nodes.get(st.node_id)
         where = f"'{b.storage}' would overwrite '{a.storage}' in '{st.node_id}'"
         if st.kind != "kernel" or not isinstance(node, MapNode):
-            return f"{where}, a {st.kind} statement: only a map kernel runs in place (BLAS outputs never alias inputs)"
+            what = node.qualified_type if isinstance(node, OpNode) else st.kind
+            return f"{where}, a {what} call: only a map kernel runs in place (BLAS outputs never alias inputs)"
         if not prog.kernels_may_alias:
             return f"{where}: this backend's kernels declare their arguments non-aliasing"
         if prog.kernels[st.kernel].parallel:
