@@ -28,6 +28,12 @@ Three checks, in order, each dropping members back to the greedy planner with a 
    reads the dying one through a single contiguous name (itself or a reshape-like view)
    for which ``ir.memory.inplace_reason`` holds (it reads each element only at the point
    it writes it, before writing it).
+
+Cost of in place (measured here): numba leaves array arguments may-alias, so LLVM guards each
+vectorized loop with a runtime overlap check; an in-place kernel fails it and runs the scalar
+loop — a [64, 1024] float32 map took 31 µs in place against 7 µs apart (and 4 µs when the
+kernel takes the pair as ONE array argument, which ``loopnest`` could emit). On the bundled
+BERT-base recipe the 5 in-place kernels save 6.3 MB of arena and cost ~6 % of the step.
 """
 from __future__ import annotations
 
