@@ -4,7 +4,9 @@ Layout of ``DIR`` (its name is the package name, so ``cd parent && python -m DIR
 
     DIR/__init__.py     Model, INPUTS, OUTPUTS
     DIR/__main__.py     --check (one step on stored inputs vs stored references), --time N
-    DIR/model.py        the program: header, one statement per kernel, Model (``numba_cpu.module``)
+    DIR/model.py        the program: header, memory plan (ARENA_BYTES, SLOT_OF, SHARED_BUFFERS and a
+                        comment block: the honoured memory_reuse buffers, the fallbacks and why),
+                        one statement per kernel, Model (``numba_cpu.module``)
     DIR/kernels/        the numba loop-nest kernels, one module ``k_<sha>.py`` each (with the
                         fastmath helpers it calls), byte-identical to dcstudio's kernel cache
     DIR/_lib.py         BLAS calls and buffers (a copy of ``codegen/numba_cpu/library.py``)

@@ -13,6 +13,7 @@ Package map (data flow: ``Graph`` â†’ ``export.prepare`` (expand what can be) â†
 - ``program.py``     kernels in topological order as ``Statement``s (kernel, BLAS, view, reference)
 - ``contractions.py`` BLAS calls, GEMMs with epilogue kernels, grouped GEMMs
 - ``buffers.py``     static plan of reused intermediate buffers (no page faults after step 1)
+- ``shared_buffers.py`` which of ``memory_reuse``'s recorded buffers (in place too) a program honours
 - ``module.py``      a ``Program`` as module text: ``_step``, ``_forward``, ``Model``
 - ``library.py``     NumPy-only runtime: BLAS contractions, buffers, the reference fallback
 - ``runner.py``      ``CompiledGraph``/``run``: compile and run a graph in this process

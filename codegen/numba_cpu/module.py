@@ -11,6 +11,10 @@ The module (the ``model.py`` of an exported package; a cached file in-process) h
 - ``INPUTS``/``OUTPUTS``/``FORWARD_OUTPUTS`` (the model's own names, as ASCII string
   literals) and ``UPDATES`` (``p.new`` → ``p`` pairs for ``Model.train_step``);
 - the reference-kernel tables ``_REF_k``/``_CTX_k``;
+- the memory plan: ``ARENA_BYTES`` (bytes of ``_step``'s intermediate slots), ``SLOT_OF``
+  (intermediate → slot), ``SHARED_BUFFERS`` (the honoured ``memory_reuse`` buffers:
+  name → (slot, bytes, members)) and a comment block listing them, their in-place members
+  and every recorded member that fell back to the greedy planner, with the reason;
 - ``_step(W, B, R, <inputs>)``: one statement per kernel in topological order, each under a
   comment naming its node id; intermediates live in the planned buffers ``B``
   (``buffers``: allocated once per ``Model``, reused every step) and every intermediate
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 from codegen.export.namespace import comment, literal
 from codegen.numba_cpu.buffers import Plan, plan
+from codegen.numba_cpu.shared_buffers import recorded_plan
 from codegen.numba_cpu.program import Alloc, Program, Statement
+from ir import memory
 from ir.containers import Role
 
 EXPORT_IMPORTS = """import os
@@ -156,7 +162,7 @@ def alloc_line(prog: Program, a: Alloc, slots: Plan) -> str:
     var, shape, np_type = prog.var(a.container), literal(prog.shape(a.container)), prog.np_type(a.container)
     init = "" if a.kind == "empty" else f", {literal(a.kind)}" + (f", {literal(a.wcr)}" if a.wcr else "")
     if a.container in slots.slot_of:
-        return f"{var} = L.view(B[{slots.slot_of[a.container]}], {shape}, {np_type}{init})"
+        return f"{var} = L.view(B[{slots.slot_of[a.container]}], {shape}, {np_type}{init}){_shared_note(slots, a)}"
     if a.container in getattr(slots, "out_slot_of", {}):
         j = slots.out_slot_of[a.container]
         return (f"{var} = L.view(R[{j}], {shape}, {np_type}{init}) if R is not None else "
@@ -164,8 +170,63 @@ def alloc_line(prog: Program, a: Alloc, slots: Plan) -> str:
     return f"{var} = L.alloc({shape}, {np_type}{init})"
 
 
+def _shared_note(slots: Plan, a: Alloc) -> str:
+    buf = slots.buffer_of(a.container) if hasattr(slots, "buffer_of") else None
+    if buf is None:
+        return ""
+    inplace = buf.inplace.get(a.container)
+    return f"  # {comment(buf.name, 40)}" + (f", in place of {comment(inplace[1], 60)}" if inplace else "")
+
+
 def function_plan(prog: Program, statements: list[Statement], outputs: list[str]) -> Plan:
-    return plan(statements, outputs, prog.nbytes)
+    """The slots of one function: the recorded buffers it can honour, the rest greedily."""
+    recorded = recorded_plan(prog, statements, outputs)
+    result = plan(statements, outputs, prog.nbytes, recorded.buffers)
+    result.refused, result.covered = recorded.refused, recorded.covered
+    return result
+
+
+def ir_arena(graph) -> tuple[int, int]:
+    """(``ir.memory.arena_bytes``, the part of it that is not transients: inputs, weights,
+    outputs — memory the caller and ``Model`` hold, outside the intermediate arena)."""
+    interface = sum(life.nbytes for name, life in memory.lifetimes(graph).items()
+                    if not memory.is_plannable(graph, name))
+    return memory.arena_bytes(graph), interface
+
+
+def memory_comment(prog: Program, slots: Plan) -> str:
+    """``#`` lines: the arena against ``ir.memory``'s, each honoured recorded buffer and each
+    member that fell back."""
+    total, interface = ir_arena(prog.graph)
+    temps = sum(prog.nbytes(c) for c in slots.slot_of if c in prog.temps)
+    lines = [f"# Memory plan of _step: {slots.nbytes} bytes of intermediates in {len(slots.slots)} slots "
+             f"(ARENA_BYTES), plus {sum(slots.out_slots)} bytes of recycled outputs.",
+             f"# ir.memory.arena_bytes of this graph: {total} = {interface} inputs, weights and outputs "
+             f"+ {total - interface} transients (views, constants and reference outputs need no slot; "
+             "slots are reused across lifetimes)"
+             + (f"; the slots also hold {temps} bytes of GEMM accumulators, which ir.memory does not count."
+                if temps else ".")]
+    if not slots.shared and not slots.refused:
+        return "\n".join(lines + ["# No recorded buffers (memory_reuse): every slot is planned greedily."]) + "\n"
+    lines.append(f"# Recorded buffers (memory_reuse), checked on this graph: {len(slots.shared)} honoured, "
+                 f"{len(slots.refused)} member(s) planned greedily instead.")
+    for buf in slots.shared:
+        members = ", ".join(c + (f" (in place of {buf.inplace[c][1]} in {buf.inplace[c][0]})" if c in buf.inplace
+                                 else "") for c in buf.members)
+        lines.append(f"#   {comment(buf.name, 40)}: slot {slots.shared_slot[buf.name]}, {buf.nbytes} bytes: "
+                     f"{comment(members, 400)}")
+        views = [f"{c} -> {s}" for c, s in sorted(slots.covered.items()) if s in buf.members]
+        if views:
+            lines.append(f"#     views in it: {comment(', '.join(views), 400)}")
+    for c, why in sorted(slots.refused.items()):
+        lines.append(f"#   greedy fallback {comment(c, 80)}: {comment(why, 300)}")
+    return "\n".join(lines) + "\n"
+
+
+def _memory_constants(slots: Plan) -> str:
+    shared = {b.name: (slots.shared_slot[b.name], b.nbytes, tuple(b.members)) for b in slots.shared}
+    return (f"ARENA_BYTES = {slots.nbytes}\nSLOT_OF = {literal(dict(sorted(slots.slot_of.items())))}\n"
+            f"SHARED_BUFFERS = {literal(shared)}\n")
 
 
 def _function(prog: Program, name: str, statements: list[Statement], outputs: list[str], slots: Plan) -> list[str]:
@@ -230,6 +291,7 @@ def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: 
              f"_FORWARD_SLOTS = {literal(tuple(fwd_plan.slots))}\n"
              f"_OUT_SLOTS = {literal(tuple(step_plan.out_slots))}\n"
              f"_FORWARD_OUT_SLOTS = {literal(tuple(fwd_plan.out_slots))}\n",
+             memory_comment(prog, step_plan) + _memory_constants(step_plan),
              "\n".join(prog.tables) + ("\n" if prog.tables else ""),
              "\n".join(_function(prog, "_step", prog.statements, list(g.outputs), step_plan)) + "\n",
              "\n".join(_function(prog, "_forward", fwd_statements, fwd, fwd_plan)) + "\n"]
@@ -250,4 +312,4 @@ def line_map(text: str) -> dict[int, str]:
     return out
 
 
-__all__ = ["forward_outputs", "line_map", "module_text", "updates", "comment"]
+__all__ = ["forward_outputs", "function_plan", "line_map", "memory_comment", "module_text", "updates", "comment"]

@@ -81,6 +81,7 @@ class Program:
     extern: dict[int, tuple[object, str]] = field(default_factory=dict)   # k -> (node, reason)
     make_kernel: Callable | None = None
     temps: dict[str, Container] = field(default_factory=dict)   # statement-internal buffers (GEMM accumulators)
+    kernels_may_alias: bool = False   # kernels stay correct when an output aliases an input (numba, no prange)
 
     def var(self, container: str) -> str:
         return self.ns.name(("c", container), container)
@@ -128,7 +129,7 @@ def build_program(graph: Graph, *, parallel: bool = False, fast: bool = True, lo
     """The program of ``graph`` (lowered first unless ``lowered``). ``make_kernel`` turns a map
     into a kernel (default: the numba loop nest; the CUDA backend passes its own)."""
     g = graph if lowered else lower_for_codegen(graph)
-    prog = Program(g, Namespace(RESERVED))
+    prog = Program(g, Namespace(RESERVED), kernels_may_alias=make_kernel is None)
     prog.make_kernel = make_kernel or (lambda m, graph: kernel_source(m, graph, parallel=parallel, fast=fast))
     for name in g.inputs:
         prog.var(name)

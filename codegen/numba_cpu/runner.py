@@ -110,6 +110,11 @@ class CompiledGraph:
         self.run(feeds)
         return time.perf_counter() - t0
 
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of the step's intermediate slots (the module's ``ARENA_BYTES``)."""
+        return self.module.ARENA_BYTES
+
     def kernel_count(self) -> dict[str, int]:
         kinds: dict[str, int] = {}
         for st in self.program.statements:
