@@ -384,8 +384,9 @@ def storage_dtype(dt: str) -> str:
 
 
 def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
-    """prange over the outermost param: every global write indexes it directly, and it pays."""
-    if not m.params or trip_count(m.params, graph.bindings) < PARALLEL_MIN_ITERS:
+    """prange over the outermost param: every global write indexes it directly, and it pays
+    (the points of the map and of its nested sweeps, e.g. LayerNorm's rows × row length)."""
+    if not m.params or _work(m, graph) < PARALLEL_MIN_ITERS:
         return False
     outer = E.Var(m.params[0][0])
     for node, _ in m.walk():
@@ -393,6 +394,12 @@ def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
             if node.output.subset is None or outer not in node.output.subset:
                 return False
     return trip_count(m.params[:1], graph.bindings) >= 2
+
+
+def _work(m: MapNode, graph: Graph) -> int:
+    """Points a map runs: its own params times (1 + the points of its nested maps)."""
+    nested = sum(_work(s, graph) for s in m.body if isinstance(s, MapNode))
+    return trip_count(m.params, graph.bindings) * max(1, nested)
 
 
 def output_init(m: MapNode, container: str, graph: Graph) -> OutputInit:

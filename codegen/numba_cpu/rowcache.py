@@ -24,7 +24,9 @@ the sweep's parameter, write sweep locals without a wcr, and read only the sweep
 earlier prefix locals and containers the map never writes (so they cannot change between
 sweeps). All sweeps run over one range. Later sweeps may read only the prefix's last local.
 ``emit`` prints the top-level map like ``loopnest.scope`` with that substitution. Buffers are
-allocated before the loops, or inside the ``prange`` loop (one per thread's iteration).
+allocated before the loops, or inside the ``prange`` loop (one per thread's iteration). A map
+with one row param under ``prange`` runs blocks of ``CHUNK_ROWS`` rows per iteration, each
+block skewed on its own (two buffers per block, not per row).
 """
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ from ir.nodes import MapNode, Tasklet
 from codegen.numba_cpu.loopnest import Nest, declare_locals, first_wcr, identity_literal, tasklet_line
 
 _HOLE = E.Var("·")
+CHUNK_ROWS = 64
+"""Rows per ``prange`` iteration when the map has one row param (each block is skewed alone)."""
 NP = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32", "int64": "np.int64"}
 """Buffer dtypes (other cached values keep the sweeps as they are)."""
 
@@ -111,18 +115,26 @@ def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
     """Print top-level map ``m`` with ``cache``: skewed (``_skewed_rows``) when ``can_skew``, else
     the default loop order with one buffer."""
     depth = nest.w.depth
-    skew = can_skew(m, cache, parallel)
+    chunked = parallel and len(m.params) == 1 and can_skew(m, cache, False)
+    skew = chunked or can_skew(m, cache, parallel)
     for k, (p, r) in enumerate(m.params[:-1] if skew else m.params):
         name = f"p{len(nest.params)}"
         nest.params[p] = name
         nest.w.line(f"for {name} in {'prange' if parallel and k == 0 else 'range'}({nest.bound(r.stop)}):")
         nest.w.depth += 1
+    lo, hi = "0", nest.bound(m.params[-1][1].stop) if m.params else "1"
+    if chunked:                      # one row param under prange: threads take blocks of CHUNK_ROWS rows
+        nest.w.line(f"for pc in prange(({hi} + {CHUNK_ROWS - 1}) // {CHUNK_ROWS}):")
+        nest.w.depth += 1
+        nest.w.line(f"lo = pc * {CHUNK_ROWS}")
+        nest.w.line(f"hi = min({hi}, lo + {CHUNK_ROWS})")
+        lo, hi = "lo", "hi"
     last = cache.sweeps[0].body[cache.length - 1].output.container
     size, dt = nest.bound(cache.sweeps[0].params[0][1].stop), NP[cache.sweeps[0].locals[last].dtype]
     for buf in ("c0", "c1") if skew else ("c0",):
         (nest.w.line if parallel else nest.pre.append)(f"{buf} = np.empty({size}, {dt})")
     if skew:
-        _skewed_rows(nest, m, cache)
+        _skewed_rows(nest, m, cache, lo, hi)
     else:
         declare_locals(nest, m)
         for stmt in m.body:
@@ -149,14 +161,14 @@ def can_skew(m: MapNode, cache: RowCache, parallel: bool) -> bool:
     return True
 
 
-def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache) -> None:
-    """Software-pipelined rows along the last row param: a prologue runs the first sweep of row 0
-    into ``nxt``; row q then runs its middle statements from ``cur`` and its last sweep fused with
-    the first sweep of row q + 1 (into the other buffer, reductions into ``u<k>``). The DRAM reads
-    of the next row overlap the writes of this one, as in a triad."""
+def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache, lo: str, hi: str) -> None:
+    """Software-pipelined rows ``lo`` … ``hi`` − 1 of the last row param: a prologue runs the first
+    sweep of row ``lo`` into ``nxt``; row q then runs its middle statements from ``cur`` and its last
+    sweep fused with the first sweep of row q + 1 (into the other buffer, reductions into ``u<k>``).
+    The DRAM reads of the next row overlap the writes of this one, as in a triad."""
     first, last = cache.sweeps[0], cache.sweeps[-1]
-    q, rq = m.params[-1]
-    nq, qname = nest.bound(rq.stop), f"p{len(nest.params)}"
+    q = m.params[-1][0]
+    qname = f"p{len(nest.params)}"
     carried = {t.output.container for t in first.body if t.output.container in m.locals}
     wcr = first_wcr(m)
     next_row = {loc: (f"u{k}", m.locals[loc].dtype) for k, loc in enumerate(sorted(carried))}
@@ -167,20 +179,20 @@ def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache) -> None:
         for loc, (u, dt) in next_row.items():
             nest.w.line(f"{u} = {identity_literal(wcr.get(loc), dt)}")
 
-    start_next_row("0", "c0")
+    start_next_row(lo, "c0")
     nest.params[q] = "pn"
     _with_locals(nest, next_row, lambda: _statement(nest, first, cache, "nxt"))
     nest.params[q] = qname
-    nest.w.line(f"for {qname} in range({nq}):")
+    nest.w.line(f"for {qname} in range({lo}, {hi}):")
     nest.w.depth += 1
-    nest.w.line(f"cur, nxt = (c0, c1) if {qname} % 2 == 0 else (c1, c0)")
+    nest.w.line(f"cur, nxt = (c0, c1) if ({qname} - {lo}) % 2 == 0 else (c1, c0)")
     declare_locals(nest, m)
     for loc, (u, _) in next_row.items():
         nest.w.line(f"{nest.locals[loc][0]} = {u}")
     for stmt in m.body[1:-1]:
         _statement(nest, stmt, cache, "cur")
     start_next_row(f"{qname} + 1", "")
-    nest.w.line(f"if pn < {nq}:")
+    nest.w.line(f"if pn < {hi}:")
     nest.w.depth += 1
     j = _sweep_loop(nest, last)
     _sweep_body(nest, last, cache, "cur", j)
