@@ -131,13 +131,13 @@ def test_blas_outputs_never_overwrite_their_inputs(monkeypatch):
 
 
 def test_inplace_needs_kernels_that_tolerate_aliased_arguments():
-    g = _softmax_chain(256)                   # Neg has 65536 points: it runs prange when parallel
+    g = _softmax_chain(256)                   # 65536 points each: Softmax and Neg run prange when parallel
     t = create("memory_reuse")
     engine.apply(g, t, t.match())
     assert _plan(g)[1].shared[0].members == ["a", "b", "c"]
     _, parallel = _plan(g, parallel=True)
-    assert parallel.shared[0].members == ["a", "b"]                       # Softmax: 256 rows, no prange
-    assert "'c' would overwrite 'b' in 'n/expanded': its kernel runs prange" in parallel.refused["c"]
+    assert "'b' would overwrite 'a' in 'sm/expanded': its kernel runs prange" in parallel.refused["b"]
+    assert parallel.shared[0].members == ["a", "c"]                       # disjoint lifetimes: still shared
     _, other = _plan(g, make_kernel=lambda m, graph: kernel_source(m, graph))   # as the CUDA backend does
     assert "declare their arguments non-aliasing" in other.refused["b"]
     assert [(b.members, b.inplace) for b in other.shared] == [(["a", "c"], {})]   # disjoint: still shared
