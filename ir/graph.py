@@ -244,8 +244,27 @@ class Graph:
         return set(self._producer) | {k for k, v in self._consumers.items() if v}
 
 
+_SLOTS: dict[type, tuple[str, ...]] = {}
+
+
+def _shallow(n):
+    """``copy.copy`` for our slotted nodes, without the pickle protocol (4x faster; a clone of
+    BERT-base copies ~14,000 nodes per applied step)."""
+    cls = type(n)
+    names = _SLOTS.get(cls)
+    if names is None:
+        names = _SLOTS[cls] = tuple(dict.fromkeys(s for c in cls.__mro__ for s in getattr(c, "__slots__", ())))
+    new = object.__new__(cls)
+    for name in names:
+        try:
+            object.__setattr__(new, name, getattr(n, name))
+        except AttributeError:        # an unset slot stays unset
+            pass
+    return new
+
+
 def _copy_node(n: ComputeNode) -> ComputeNode:
-    new = copy.copy(n)
+    new = _shallow(n)
     new.inputs, new.outputs = list(n.inputs), list(n.outputs)
     if isinstance(n, OpNode):
         new.attrs = dict(n.attrs)
@@ -258,6 +277,6 @@ def _copy_node(n: ComputeNode) -> ComputeNode:
 def _copy_body(b):
     if isinstance(b, MapNode):
         return _copy_node(b)
-    new = copy.copy(b)
+    new = _shallow(b)
     new.inputs = dict(b.inputs)
     return new

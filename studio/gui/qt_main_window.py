@@ -12,6 +12,8 @@ node or step.
 """
 from __future__ import annotations
 
+import gc
+
 from collections import OrderedDict
 from pathlib import Path
 
@@ -205,6 +207,9 @@ class QtMainWindow(QMainWindow):
         self.marker.set(session.model_path if session.autosave_enabled else None)
         self._close_compare()                      # it compares the steps of the old session
         self.session = session
+        gc.unfreeze()                              # the old session's objects may be collected again,
+        gc.collect()
+        gc.freeze()                                # the loaded graph is not rescanned by every gen-2 pass
         self.stack.clear()
         for step in session.steps[: session.cursor]:
             self.stack.push(ApplyCommand(session, step.transformation, step.anchors, step.params, done=True))
