@@ -186,7 +186,7 @@ class QtMainWindow(QMainWindow):
 
     def _opened(self, opened: Opened) -> None:
         path = self.sender().context["model"]
-        if self.sender().context["offer"] and needs_training(opened.session):
+        if self.sender().context.get("offer") and needs_training(opened.session):   # not for histories
             offer_training(self, path, opened)
             return
         self.show_opened(path, opened)

@@ -11,9 +11,12 @@ ImageMagick's ``import -window root`` at four moments:
 - ``timings_roofline.png``: the Timings dock after a real profile of all 309 kernels of
   the bundled example (10 reps, about half a minute), the table sorted by median with
   the slowest kernel selected (highlighted on the roofline and in the view), and the
-  measured-time heatmap with its "N of M kernels measured" legend.
+  measured-time heatmap with its "N of M kernels measured" legend;
+- ``compare.png``: the Compare window after the bundled history (reshape elimination,
+  expansion, fusions): the original graph beside the optimized one, removed, added and
+  changed kernels marked, with the legend and the summary line.
 
-Exit code 0 when all four files were written.
+Exit code 0 when all five files were written.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 
 SIZE = (1600, 1000)
-SHOTS = ("main_heatmap.png", "transformations_preview.png", "zoomed.png", "timings_roofline.png")
+SHOTS = ("main_heatmap.png", "transformations_preview.png", "zoomed.png", "timings_roofline.png", "compare.png")
 
 
 def _free_display() -> str:
@@ -107,6 +110,7 @@ def _shoot(out: Path) -> None:
     _settle(app)
     _capture(out / "zoomed.png")
     _shoot_timings(app, w, out)
+    _shoot_compare(app, w, out)
     w.close()
 
 
@@ -126,6 +130,23 @@ def _shoot_timings(app, w, out: Path) -> None:
     w.view.fit(readable=True)
     _settle(app, 1.5)
     _capture(out / "timings_roofline.png")
+
+
+def _shoot_compare(app, w, out: Path) -> None:
+    """Replay the bundled history into the session, then compare the original with the result."""
+    from importlib.resources import files
+    history = files("resources") / "examples" / "bert_layer_base_train.history.json"
+    before = w.session
+    w.open_history(str(history))
+    _wait(app, lambda: w.session is not before and w.session.cursor > 0, timeout_s=600)
+    cmp = w.show_compare(0)
+    cmp.setGeometry(0, 0, *SIZE)
+    cmp.raise_()
+    _wait(app, lambda: cmp.left.placement is not None and cmp.right.placement is not None
+          and cmp.left.placement.exact and cmp.right.placement.exact)
+    cmp.left.fit(readable=True)
+    _settle(app, 1.5)
+    _capture(out / "compare.png")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,6 +128,19 @@ def test_autosave_is_offered_back(qtbot, make_window, bert_model):
     assert w.session.cursor == 1 and w.stack.count() == 1
 
 
+def test_open_history_replays_after_the_current_steps(qtbot, window, tmp_path):
+    """File → Open history…: the steps land in the window as undoable steps after the current ones."""
+    s = Session.open(window.session.model_path, autosave=False)
+    for m in list(create("expand").matches(s.graph))[:3]:
+        s.apply("expand", m.anchors)
+    s.save_history(tmp_path / "three.json")
+    before = window.session
+    window.open_history(str(tmp_path / "three.json"))
+    qtbot.waitUntil(lambda: window.session is not before, timeout=60000)
+    assert window.session.cursor == 3 and window.stack.count() == 3
+    assert [st.anchors for st in window.session.steps] == [st.anchors for st in s.steps]
+
+
 def test_open_command_needs_a_display():
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
     assert not has_display(env) and has_display({"QT_QPA_PLATFORM": "offscreen"})
