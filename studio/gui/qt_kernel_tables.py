@@ -2,7 +2,8 @@
 selection sync with the graph view.
 
 ``QtRowsModel`` is a table model over ``rows`` (tuples whose first field is the kernel
-id) with fixed column titles ``columns``; subclasses supply ``data`` and sorting.
+id) with fixed column titles ``columns``; subclasses supply ``data`` and ``_sort`` (``sort``
+keeps the requested order in ``order``).
 ``select_rows(table, rows, ids)`` selects the rows of ``ids`` (whole rows, scrolled into
 view) and ``selected_row_ids(table, rows)`` reads the selection back as ids.
 """
@@ -31,6 +32,16 @@ class QtRowsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
             return self.columns[section]
         return None
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        """Qt's sort request: remember ``(column, order)`` and let ``_sort`` order ``rows``."""
+        self.layoutAboutToBeChanged.emit()
+        self.order = (column, order)
+        self._sort()
+        self.layoutChanged.emit()
+
+    def _sort(self) -> None:
+        raise NotImplementedError
 
 
 def select_rows(table: QTableView, rows: Sequence[tuple], ids) -> None:

@@ -86,12 +86,6 @@ class QtKernelModel(QtRowsModel):
                 hi = mid
         return lo
 
-    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
-        self.layoutAboutToBeChanged.emit()
-        self.order = (column, order)
-        self._sort()
-        self.layoutChanged.emit()
-
     def _sort(self) -> None:
         column, order = self.order
         self.rows.sort(key=lambda r: r[column], reverse=order == Qt.SortOrder.DescendingOrder)

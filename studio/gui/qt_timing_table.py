@@ -57,12 +57,6 @@ class QtTimingModel(QtRowsModel):
             if self.rows:
                 self.dataChanged.emit(self.index(0, 0), self.index(len(self.rows) - 1, len(COLUMNS) - 1))
 
-    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
-        self.layoutAboutToBeChanged.emit()
-        self.order = (column, order)
-        self._sort()
-        self.layoutChanged.emit()
-
     def _sort(self) -> None:
         column, order = self.order
         have = [r for r in self.rows if r[column] is not None]
