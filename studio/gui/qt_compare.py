@@ -65,6 +65,7 @@ class QtCompareWindow(QWidget):
         split = QSplitter(Qt.Orientation.Horizontal, self)
         split.addWidget(self.left)
         split.addWidget(self.right)
+        split.setSizes([1 << 16, 1 << 16])           # two equal halves whatever the views' size hints
         col = QVBoxLayout(self)
         col.addLayout(top)
         col.addWidget(self.summary)
