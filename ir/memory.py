@@ -18,7 +18,8 @@ The model (one table, used by ``memory_reuse``, ``recompute``, the reports and t
   compatible with every earlier one) — plan memory last.
 - **peak_bytes** (dynamic allocation): the largest sum of live bytes at any slot; the
   members of one buffer count once (the largest live one), so sharing lowers the peak
-  through in-place kernels. **arena_bytes** (static plan): one allocation per buffer
+  through in-place kernels. A GEMM with a fused epilogue also holds its raw product
+  (``acc_shape``) while it runs. **arena_bytes** (static plan): one allocation per buffer
   (sized by its largest member) and per unshared container.
 
 Both are sweeps over start/end events: O(containers + kernels).
@@ -279,11 +280,23 @@ def live_profile(graph: Graph) -> list[int]:
         for a, b in zip(lives, lives[1:]):
             if a.end == b.start:                          # in place: the buffer counts once
                 add(a.end + 1, a.end + 1, -min(a.nbytes, b.nbytes))
+    for k, node in enumerate(check.order):
+        acc = _accumulator_bytes(graph, node)
+        if acc:                                           # a GEMM's raw product, before its epilogue
+            add(k + 1, k + 1, acc)
     profile, running = [], 0
     for k in range(n + 2):
         running += delta[k]
         profile.append(running)
     return profile
+
+
+def _accumulator_bytes(graph: Graph, node) -> int:
+    """Bytes of the raw products a GEMM with a fused epilogue (each such member of a grouped
+    GEMM) holds while its kernel runs (``ir.fused_ops.accumulator``)."""
+    from ir import fused_ops
+    parts = fused_ops.members(node) if fused_ops.is_group(node) else [node]
+    return sum(fused_ops.accumulator(graph, p).nbytes(graph.bindings) for p in parts if fused_ops.has_epilogue(p))
 
 
 def peak_bytes(graph: Graph) -> int:

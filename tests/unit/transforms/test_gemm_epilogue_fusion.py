@@ -142,3 +142,13 @@ def test_bert_weight_gradient_with_transpose_and_adamw_epilogue(bert):
     assert app.delta.bytes == -2 * H * H * F32               # the gradient: written, read back
     app, _ = apply_on_bert(g1, T, T.match(f"epilogue:{gemm}", "fused:Div:layer.attention.self.query.weight.ratio/expanded"))
     assert app.delta.bytes == -(2 + 1) * H * H * F32         # the denominator written and read, m' read back
+
+
+def test_peak_memory_counts_the_product_while_the_fused_kernel_runs():
+    """h is gone from the graph, but the fused kernel still holds the raw product while it runs."""
+    from ir import memory
+    g = _mlp()
+    app, work = assert_applies(g, T, T.match("mm", "fused:bias/expanded"))
+    k = [n.id for n in memory.schedule(work)].index("epilogue:mm")
+    live = {name: life for name, life in memory.lifetimes(work).items() if life.start <= k <= life.end}
+    assert memory.live_profile(work)[k + 1] == sum(life.nbytes for life in live.values()) + 6 * 5 * F32
