@@ -100,7 +100,7 @@ def _swap(staged: Path, target: Path) -> None:
     if not target.exists():
         staged.rename(target)
         return
-    old = staged.parent / "previous"
+    old = staged.parent / ".previous"                 # a dot name: never a package name
     target.rename(old)
     try:
         staged.rename(target)
@@ -127,7 +127,7 @@ def export_session(session: Session, target: str | os.PathLike, backend: str = "
         token.check("the export")
         progress(0, 2, f"generating {backend} code for {target.name}")
         result = session.export(staging / target.name, backend)
-        token.check("the export")
+        token.commit("the export")                     # from here on the export happens: no late cancel
         progress(1, 2, f"moving the package to {target}")
         _swap(staging / target.name, target)
     except OSError as e:

@@ -20,13 +20,25 @@ class Cancelled(StudioError):
 
 
 class CancelToken:
-    """A thread-safe cancellation flag."""
+    """A thread-safe cancellation flag. ``commit`` marks the point of no return (e.g. an export
+    moving its package into place): a cancel requested after it is ignored, so the task
+    reports what really happened."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._committed = False
 
     def cancel(self) -> None:
-        self._event.set()
+        with self._lock:
+            if not self._committed:
+                self._event.set()
+
+    def commit(self, what: str = "the task") -> None:
+        """Raise ``Cancelled`` if cancellation was requested; otherwise ignore any later request."""
+        with self._lock:
+            self.check(what)
+            self._committed = True
 
     @property
     def cancelled(self) -> bool:

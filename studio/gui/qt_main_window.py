@@ -159,7 +159,9 @@ class QtMainWindow(QMainWindow):
         generated from it) and replay ``history`` off the GUI thread. A forward model opened without
         either gets the offer to generate its training step (``offer_training``)."""
         path = str(path or EXAMPLE)
-        histories = [history] if history else self._autosave_to_restore(path)
+        # with ``training`` the user just answered the forward-model offer: the restore question,
+        # if any, was asked when the forward model opened (its autosave is of another graph)
+        histories = [history] if history else [] if training else self._autosave_to_restore(path)
         autosave = self.autosave
         task = self.run_task(f"Opening {Path(path).name}",
                              lambda token, progress: open_session(path, histories, autosave=autosave, training=training,

@@ -44,11 +44,11 @@ def _profile_work(session, graph, reps: int, threads: int | None, token, progres
         raise StudioError(f"profiling failed: {e}") from e
 
 
-def _ab_work(session, before: int, after: int, reps: int, threads: int | None, token, progress):
+def _ab_work(session, graphs: tuple, steps: tuple[int, int], reps: int, threads: int | None, token, progress):
     from codegen.timing.profiler import ProfileCancelled
-    progress(0, 0, f"A/B: step {before} against step {after}…")
+    progress(0, 0, f"A/B: step {steps[0]} against step {steps[1]}…")
     try:
-        return session.ab(before, after, reps=reps, warmup=min(WARMUP, reps), threads=threads,
+        return session.ab(graphs[0], graphs[1], reps=reps, warmup=min(WARMUP, reps), threads=threads,
                           cancel=lambda: token.cancelled)
     except ProfileCancelled:
         raise Cancelled("the A/B comparison was cancelled") from None
@@ -173,8 +173,13 @@ class QtProfiling(QObject):
         if s is None:
             return self._no_session()
         reps, threads = self._settings()
+        try:                                       # the graphs as they are now, not when the job starts
+            graphs = (s.graph_at(before), s.graph)
+        except StudioError as e:
+            self.dock.status.set_text(e.summary)
+            return None
         task = self._start(f"A/B: step {before} against step {s.cursor}",
-                           functools.partial(_ab_work, s, before, s.cursor, reps, threads),
+                           functools.partial(_ab_work, s, graphs, (before, s.cursor), reps, threads),
                            {"before": before, "after": s.cursor})
         if task is not None:
             task.succeeded.connect(self._compared)

@@ -212,3 +212,27 @@ def test_the_command_palette_opens_the_export_dialog(qtbot, window):
     dialogs = window.findChildren(QtExportDialog)
     assert len(dialogs) == 1 and dialogs[0].isVisible()
     dialogs[0].close()
+
+
+def test_a_cancel_after_the_point_of_no_return_is_ignored():
+    """The export commits before it moves the package into place: a later cancel cannot make
+    the dialog say "nothing was written" about a package that is there."""
+    from studio.gui.jobs import Cancelled, CancelToken
+    late = CancelToken()
+    late.commit("the export")
+    late.cancel()
+    assert not late.cancelled
+    early = CancelToken()
+    early.cancel()
+    with pytest.raises(Cancelled, match="the export was cancelled"):
+        early.commit("the export")
+
+
+def test_a_package_named_previous_can_be_exported_again(window, tmp_path):
+    from studio.gui.exporting import export_session
+    out = tmp_path / "exports"
+    out.mkdir()
+    first = export_session(window.session, out / "previous")
+    again = export_session(window.session, out / "previous")
+    assert first.path == again.path and (again.path / "model.py").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["previous"]           # no backup or staging left

@@ -93,3 +93,20 @@ def test_a_history_of_a_generated_step_regenerates_it_without_asking(qtbot, make
     w2.open_model(str(forward))
     _settled(qtbot, w2)
     assert w2.session.training == options and w2.session.cursor == 1 and w2.training_dialog is None
+
+
+def test_after_a_crash_the_restore_question_comes_once(qtbot, make_window, forward, monkeypatch):
+    """Declining the restore, then generating the training step, must not ask again (the autosave
+    was recorded on the forward graph, not on the generated one)."""
+    from studio.gui import qt_dialogs
+    s = Session.open(forward)
+    s.apply("expand", next(iter(create("expand").matches(s.graph))).anchors)
+    crash_marker(forward)
+    asked = []
+    monkeypatch.setattr(qt_dialogs, "ask", lambda parent, title, text: asked.append(text) or False)
+    w = make_window(restore_policy="ask")
+    d = _offer(qtbot, w, forward)
+    assert len(asked) == 1
+    d.generate_button.click()
+    _settled(qtbot, w)
+    assert len(asked) == 1 and w.session.training and w.session.cursor == 0
