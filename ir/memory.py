@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ir import expr as E
-from ir import lowering
+from ir import fused_ops, lowering
 from ir.containers import Role
 from ir.dtypes import itemsize
 from ir.graph import Graph
@@ -294,7 +294,6 @@ def live_profile(graph: Graph) -> list[int]:
 def _accumulator_bytes(graph: Graph, node) -> int:
     """Bytes of the raw products a GEMM with a fused epilogue (each such member of a grouped
     GEMM) holds while its kernel runs (``ir.fused_ops.accumulator``)."""
-    from ir import fused_ops
     parts = fused_ops.members(node) if fused_ops.is_group(node) else [node]
     return sum(fused_ops.accumulator(graph, p).nbytes(graph.bindings) for p in parts if fused_ops.has_epilogue(p))
 

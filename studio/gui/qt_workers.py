@@ -78,8 +78,9 @@ class _Job:
         s.finished.emit()
 
 
-class QtTask(QObject):
-    """A cancellable job on a thread pool (see the module docstring).
+class QtTask(_Signals):
+    """A cancellable job on a thread pool (see the module docstring). Its signals are those of
+    ``_Signals``, which the job emits on a private instance and the task re-emits.
 
     Owners connect *bound methods* (never lambdas that capture the owner or the task: such a
     closure, released while the task is deleted, could delete the owner from inside its child's
@@ -87,13 +88,6 @@ class QtTask(QObject):
     is a child of the application, not of its owner, so an owner closed while its task still runs
     only drops the connections; the task deletes itself after ``finished``.
     """
-
-    partial = Signal(object)
-    progressed = Signal(int, int, str)
-    succeeded = Signal(object)
-    failed = Signal(str)
-    cancelled = Signal(str)
-    finished = Signal()
 
     def __init__(self, title: str, fn: Work, context: Any = None) -> None:
         super().__init__(QCoreApplication.instance())
