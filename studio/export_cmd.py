@@ -51,20 +51,27 @@ def load_with_history(model: str, history: str | None, bind: list[str]):
     return graph, hist.steps
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def write_package(graph, out_dir, backend: str, inputs, history, **options):
+    """``export_package`` of ``backend`` (cpu or cuda) stamped with dcstudio's version; the CLI and
+    ``Session.export`` both write packages through here."""
     from importlib.metadata import PackageNotFoundError, version
-    graph, steps = load_with_history(args.model, args.history, args.bind)
+    if backend == "cuda":
+        from codegen.cupy_cuda.export import export_package
+    elif backend == "cpu":
+        from codegen.export.package import export_package
+    else:
+        raise StudioError(f"unknown backend {backend!r}: choose cpu or cuda")
     try:
         ver = version("dcstudio")
     except PackageNotFoundError:
         ver = "unknown"
+    return export_package(graph, out_dir, inputs=inputs, history=history, version=ver, **options)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    graph, steps = load_with_history(args.model, args.history, args.bind)
     feeds = _inputs(graph, args.inputs)
-    if args.backend == "cuda":
-        from codegen.cupy_cuda.export import export_package
-    else:
-        from codegen.export.package import export_package
-    res = export_package(graph, args.output, inputs=feeds, history=steps, version=ver, parallel=args.parallel,
-                         rtol=args.rtol)
+    res = write_package(graph, args.output, args.backend, feeds, steps, parallel=args.parallel, rtol=args.rtol)
     out = Path(res.path).resolve()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(res.statements.items()))
     print(f"exported {args.model} ({len(steps)} history steps) to {out} [{args.backend}]: "

@@ -276,22 +276,11 @@ class Session:
                inputs: Mapping[str, Any] | None = None, parallel: bool = False):
         """Write the current graph as a standalone package (``dcstudio export``); returns the
         ``ExportResult``. Check it with ``python -m <package> --check`` in its parent folder."""
-        from importlib.metadata import PackageNotFoundError, version
         from codegen.numpy_ref.feeds import feeds_for
-        if backend == "cuda":
-            from codegen.cupy_cuda.export import export_package
-        elif backend == "cpu":
-            from codegen.export.package import export_package
-        else:
-            raise StudioError(f"unknown backend {backend!r}: choose cpu or cuda")
-        try:
-            ver = version("dcstudio")
-        except PackageNotFoundError:
-            ver = "unknown"
+        from studio.export_cmd import write_package
         feeds = feeds_for(self.graph)
         feeds.update(inputs or {})
-        return export_package(self.graph, out_dir, inputs=feeds, history=self._steps[: self._cursor],
-                              version=ver, parallel=parallel)
+        return write_package(self.graph, out_dir, backend, feeds, self._steps[: self._cursor], parallel=parallel)
 
     # --- history files ----------------------------------------------------------------
     def save_history(self, path: str | os.PathLike) -> None:
