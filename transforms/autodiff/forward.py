@@ -15,6 +15,7 @@ Initializer tensors are shared with the input model, never copied here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from onnx import ModelProto, NodeProto, TensorProto, helper, shape_inference, version_converter
 
@@ -39,6 +40,7 @@ class Forward:
     data_inputs: list
     initializers: dict[str, TensorProto]
     prediction: str
+    choice: Any = None   # parameters.ParameterChoice of the original model (set by the caller)
 
     def float_initializers(self) -> list[str]:
         return [n for n, t in self.initializers.items() if t.data_type in FLOAT_ELEMS]

@@ -9,6 +9,7 @@
 - ``movement``: Reshape Flatten Squeeze Unsqueeze Transpose Expand Tile Identity Cast CastLike
 - ``indexing``: Concat Split Slice Gather Where
 - ``dropout``: Dropout
+- ``padding``: Pad (constant, reflect, edge, wrap)
 """
 from transforms.autodiff.rules import (  # noqa: F401  (sorted; each import registers its rules)
     activation,
@@ -19,6 +20,7 @@ from transforms.autodiff.rules import (  # noqa: F401  (sorted; each import regi
     indexing,
     movement,
     normalization,
+    padding,
     pooling,
     reduction,
 )
