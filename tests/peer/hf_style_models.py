@@ -37,6 +37,16 @@ def export(module: nn.Module, args: tuple, dynamo: bool, names: tuple[str, ...] 
         return onnx.load_from_string(f.getvalue())
 
 
+def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Give every parameter distinct random values, as trained weights have (initial ones and zeros
+    would be merged or dropped by the exporter's optimizer)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    return module
+
+
 # ---- GPT-2 -------------------------------------------------------------------------------
 
 class Conv1D(nn.Module):
@@ -98,9 +108,10 @@ class GPT2LMHead(nn.Module):
         self.lm_head = nn.Linear(width, vocab, bias=False)
         self.lm_head.weight = self.transformer.wte.weight    # tied
 
-    def forward(self, input_ids):
-        t = input_ids.shape[1]
-        x = self.transformer.wte(input_ids) + self.transformer.wpe(torch.arange(t).unsqueeze(0))
+    def forward(self, input_ids, position_ids=None):
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1]).unsqueeze(0)
+        x = self.transformer.wte(input_ids) + self.transformer.wpe(position_ids)
         for block in self.transformer.h:
             x = block(x)
         logits = self.lm_head(self.transformer.ln_f(x))
@@ -151,12 +162,12 @@ class BertClassifier(nn.Module):
         self.pooler.dense = nn.Linear(width, width)
         self.classifier = nn.Linear(width, labels)
 
-    def forward(self, input_ids):
+    def forward(self, input_ids, token_type_ids=None, position_ids=None):
         b, t = input_ids.shape
         e = self.embeddings
-        types = torch.zeros_like(input_ids)
-        x = e.word_embeddings(input_ids) + e.token_type_embeddings(types) + e.position_embeddings(
-            e.position_ids[:, :t])
+        types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        positions = e.position_ids[:, :t] if position_ids is None else position_ids
+        x = e.word_embeddings(input_ids) + e.token_type_embeddings(types) + e.position_embeddings(positions)
         x = e.LayerNorm(x)
         attention_mask = torch.ones(b, t)
         mask = (1.0 - attention_mask[:, None, None, :]) * torch.finfo(torch.float32).min

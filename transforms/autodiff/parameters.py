@@ -103,9 +103,9 @@ def choose_parameters(model: ModelProto) -> ParameterChoice:
         out.choices.append(_verdict(name, t, exporter, meta.get(name, {}), uses))
     out.ties = _ties(out, inits) + _unbroadcasts(out, inits)
     tied = {t.name: t for t in out.ties}
-    out.choices = [Choice(c.name, False, f"tied to {tied[c.name].source} ({tied[c.name].op})")
-                   if c.name in tied else c for c in out.choices]
-    out.choices += [Choice(t.source, True, f"torch parameter, un-broadcast from {t.name}")
+    out.choices = [Choice(c.name, False, f"tied, computed from its source: {tied[c.name].op} of "
+                          f"{tied[c.name].source}") if c.name in tied else c for c in out.choices]
+    out.choices += [Choice(t.source, True, f"torch parameter, un-broadcast from: {t.name}")
                     for t in out.ties if t.value is not None]
     return out
 
@@ -124,12 +124,12 @@ def _verdict(name: str, t: TensorProto, exporter: str, meta: dict[str, str], use
             return Choice(name, False, f"torch {kind.lower().replace('_', ' ')}")
         sources = _folded_sources(meta.get(FOLDED_KEY, ""))
         if len(sources) == 1 and uses.weight_like(name):
-            return Choice(name, True, f"folded from {sources[0]}", sources[0])
+            return Choice(name, True, f"folded from: {sources[0]}", sources[0])
         named = [n for n in sources if not _GENERATED.search(n)]
         if len(named) == 1 and _broadcast_axes(t):
             return Choice(name, False, f"broadcast of {named[0]}", named[0])
         if sources:
-            return Choice(name, False, f"exporter constant folded from {', '.join(sources[:3])}"
+            return Choice(name, False, f"exporter constant folded from other values: {', '.join(sources[:3])}"
                           f"{', …' if len(sources) > 3 else ''}")
         if uses.weight_like(name) and not _is_mask(t):
             return Choice(name, True, uses.role(name))

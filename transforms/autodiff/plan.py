@@ -41,22 +41,27 @@ class ParameterPlan:
         return [n for n in self.reasons if n not in chosen]
 
     def lines(self, shown: int = SHOWN) -> list[str]:
+        """A summary: the trained names, then the constant ones grouped by reason (long lists elided)."""
         values = sum(self.numel[n] for n in self.trained)
-        out = [f"trains {len(self.trained)} parameters ({values:,} values; {self.exporter} export):"]
-        labels = [n if self.reasons[n] in ("torch parameter", "listed") or " weight" in self.reasons[n]
-                  else f"{n} ({self.reasons[n]})" for n in self.trained]
-        out.append("  " + _elided(labels, shown))
+        out = [f"trains {len(self.trained)} parameters ({values:,} values; {self.exporter} export):",
+               "  " + _elided([_label(n, self.reasons[n], trained=True) for n in self.trained], shown)]
         frozen = self.frozen()
         out.append(f"keeps {len(frozen)} float initializers constant:" if frozen else
                    "keeps no float initializer constant")
         groups: dict[str, list[str]] = {}
         for n in frozen:
-            reason = self.reasons[n]
-            key = reason.split(" from ")[0] if not reason.startswith("tied") else "tied (computed from its source)"
-            groups.setdefault(key, []).append(n if key == reason else f"{n} ({reason})")
+            groups.setdefault(self.reasons[n].split(": ")[0], []).append(_label(n, self.reasons[n], trained=False))
         for key, names in groups.items():
             out.append(f"  {len(names)} {key}: {_elided(names, shown)}")
         return out
+
+
+def _label(name: str, reason: str, trained: bool) -> str:
+    """``name`` with the detail after ': ' in its reason (the source it was folded from or tied to)."""
+    detail = reason.split(": ", 1)[1] if ": " in reason else ""
+    if not detail:
+        return name
+    return f"{name} (= {detail})" if trained else f"{name} ({detail})"
 
 
 def _elided(names: list[str], shown: int) -> str:
@@ -72,8 +77,9 @@ def make_plan(fwd: "Forward", trainable: str | tuple[str, ...],
     floats = fwd.float_initializers()
     numel = {n: int(prod(fwd.initializers[n].dims)) for n in floats}
     reasons = {c.name: c.reason for c in choice.choices if c.name in numel}
-    reasons.update({t.name: f"tied: computed from {t.source} ({t.op})" for t in choice.ties})
-    numel.update({t.name: 0 for t in choice.ties})
+    for t in choice.ties:
+        reasons[t.name] = f"tied, computed from its source: {t.op} of {t.source}"
+        numel[t.name] = 0
     if trainable == "all":
         ranked = [n for n in floats if len(fwd.initializers[n].dims) >= 1]
         reach = set(needed(ranked))
