@@ -27,9 +27,8 @@ class SubgraphOpError(UnsupportedOpError):
     def __init__(self, node: NodeProto, where: str, branch: str, reads: list[str]) -> None:
         self.op_type = node.op_type
         shown = ", ".join(reads[:5]) + (", …" if len(reads) > 5 else "")
-        uses = f"; its {branch} reads the float initializers {shown}" if reads else ""
-        msg = (f"training-graph generation does not differentiate through ops with subgraphs "
-               f"(If, Loop, Scan){where}{uses}, which would get no gradient")
+        uses = f"; its {branch} reads the float initializers {shown}, which would get no gradient" if reads else ""
+        msg = f"training-graph generation does not differentiate through ops with subgraphs (If, Loop, Scan){where}{uses}"
         hint = ("Export the model without data-dependent control flow (static shapes, no Python branching on "
                 "tensor values; torch.cond/while_loop removed), or fold the condition with a constant-folding "
                 "pass, then run train-graph again")
@@ -42,10 +41,9 @@ def check_supported(model: ModelProto) -> None:
     for node, path in _walk(model.graph, ""):
         where = f" (inside {path})" if path else ""
         if node.op_type in SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
-            for branch, sub in _subgraphs(node):
-                reads = sorted(_outer_reads(sub) & floats)
-                raise SubgraphOpError(node, where, branch, reads)
-            raise SubgraphOpError(node, where, "body", [])
+            reading = [(b, sorted(_outer_reads(sub) & floats)) for b, sub in sorted(_subgraphs(node), reverse=True)]
+            branch, reads = next(((b, r) for b, r in reading if r), ("body", []))
+            raise SubgraphOpError(node, where, branch, reads)
         if not is_claimed(node.domain, node.op_type):
             if node.domain not in ("", "ai.onnx") and not path:
                 continue   # prepare_forward names the domain (training graphs are standard ONNX)

@@ -36,7 +36,7 @@ def test_cross_entropy_matches_torch(shape, ignore_index):
     labels = rng.integers(0, shape[1], (shape[0],) + shape[2:]).astype(np.int64)
     if ignore_index is not None:
         labels.reshape(-1)[::3] = ignore_index
-    model = build_training_graph(identity_model(logits), loss="cross_entropy", optimizer=None,
+    model = build_training_graph(identity_model(logits), loss="cross_entropy", optimizer=None, trainable="all",
                                  ignore_index=ignore_index)
     t = torch.tensor(logits, requires_grad=True)
     loss = F.cross_entropy(t, torch.tensor(labels), ignore_index=-100 if ignore_index is None else ignore_index)
@@ -49,7 +49,7 @@ def test_cross_entropy_matches_torch(shape, ignore_index):
 def test_mse_matches_torch():
     rng = np.random.default_rng(1)
     pred, target = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 5))
-    model = build_training_graph(identity_model(pred), loss="mse", optimizer=None)
+    model = build_training_graph(identity_model(pred), loss="mse", optimizer=None, trainable="all")
     t = torch.tensor(pred, requires_grad=True)
     loss = F.mse_loss(t, torch.tensor(target))
     loss.backward()
