@@ -84,7 +84,7 @@ class ParameterChoice:
 def exporter_of(model: ModelProto) -> str:
     """``"torch-dynamo"``, ``"torch-legacy"`` or ``"other"``."""
     g = model.graph
-    if any(p.key == KIND_KEY for vi in list(g.value_info) + list(g.input) for p in vi.metadata_props):
+    if any(p.key in (KIND_KEY, FOLDED_KEY) for vi in list(g.value_info) + list(g.input) for p in vi.metadata_props):
         return "torch-dynamo"
     return "torch-legacy" if model.producer_name == "pytorch" else "other"
 
