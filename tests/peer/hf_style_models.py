@@ -22,9 +22,11 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def export(module: nn.Module, args: tuple, dynamo: bool, names: tuple[str, ...] = ("input",)) -> onnx.ModelProto:
-    """Export ``module`` in eval mode (BatchNorm folded where the exporter folds it) to a ModelProto."""
-    module.eval()
+def export(module: nn.Module, args: tuple, dynamo: bool, names: tuple[str, ...] = ("input",),
+           training: bool = False) -> onnx.ModelProto:
+    """Export ``module`` to a ModelProto: in eval mode with the exporter's defaults, or (legacy exporter,
+    ``training``) in training mode without constant folding, which keeps every parameter."""
+    module.train(training)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if dynamo:
@@ -32,8 +34,9 @@ def export(module: nn.Module, args: tuple, dynamo: bool, names: tuple[str, ...] 
                                      output_names=["logits"], verbose=False)
             return prog.model_proto
         f = io.BytesIO()
+        mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
         torch.onnx.export(module, args, f, dynamo=False, opset_version=17, input_names=list(names),
-                          output_names=["logits"])
+                          output_names=["logits"], training=mode, do_constant_folding=not training)
         return onnx.load_from_string(f.getvalue())
 
 

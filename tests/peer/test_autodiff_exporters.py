@@ -10,6 +10,11 @@ into ``expand`` and GPT-2's tied ``lm_head`` transpose into ``val_N``):
 - the exporter's constants (causal mask fill, attention scales, BERT's extended mask) are
   kept constant;
 - loss and gradients of the generated graph, run by onnxruntime, match torch.autograd.
+
+The legacy exporter in training mode without constant folding keeps every parameter name:
+there the trained set is exactly ``named_parameters()`` for the same models and a Swin stage
+(window partition with ``Pad``, ``torch.roll`` as Slice+Concat, the relative position bias
+table gathered by an index buffer; the shifted-window mask buffer stays constant).
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from tests.peer.hf_style_models import BertClassifier, GPT2LMHead, ViTClassifier, export, randomize
+from tests.peer.hf_style_models import BertClassifier, GPT2LMHead, SwinClassifier, ViTClassifier, export, randomize
 from transforms.autodiff import build_training_graph
 from transforms.autodiff.training_graph import plan_parameters
 
@@ -40,7 +45,13 @@ def _vit():
         "pixel_values",)
 
 
+def _swin():
+    return SwinClassifier(), (torch.randn(2, 3, 20, 20, generator=torch.Generator().manual_seed(5)),), (
+        "pixel_values",)
+
+
 MODELS = {"gpt2": (_gpt2, 64), "bert": (_bert, 3), "vit": (_vit, 5)}
+LEGACY = {**MODELS, "swin": (_swin, 5)}
 
 
 def _aliases(module) -> list[set[str]]:
@@ -83,7 +94,25 @@ def test_default_trainable_set_is_named_parameters(exported):
 
 
 def test_generated_gradients_match_torch_autograd(exported):
-    label, module, args, names, n_classes, forward = exported
+    _check_gradients(*exported)
+
+
+@pytest.mark.parametrize("label", sorted(LEGACY))
+def test_legacy_training_export_trains_exactly_named_parameters(label):
+    torch.manual_seed(0)
+    make, n_classes = LEGACY[label]
+    module, args, names = make()
+    randomize(module)
+    forward = export(module, args, dynamo=False, names=names, training=True)
+    plan = plan_parameters(forward, loss="cross_entropy", optimizer=None)
+    assert sorted(plan.trained) == sorted(n for n, _ in module.named_parameters())
+    if label == "swin":
+        assert plan.reasons["layers.0.blocks.1.attn_mask"] == "mask"
+        assert {"Pad", "Gather"} <= {n.op_type for n in forward.graph.node}
+    _check_gradients(label, module, args, names, n_classes, forward)
+
+
+def _check_gradients(label, module, args, names, n_classes, forward):
     rows = args[0].numel() if label == "gpt2" else args[0].shape[0]
     labels = torch.randint(0, n_classes, (rows,), generator=torch.Generator().manual_seed(4))
     module.zero_grad()
