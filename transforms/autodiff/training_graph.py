@@ -123,7 +123,12 @@ def _trainable(fwd: Forward, opts: TrainingOptions, em: Emitter, seeds: dict[str
         if missing:
             raise OptionError(f"trainable names {missing} are not float initializers of the forward model "
                               f"(candidates: {', '.join(candidates[:20])}{', …' if len(candidates) > 20 else ''})")
-    return make_plan(fwd, opts.trainable, lambda names: differentiable_paths(fwd.nodes, names, seeds, em)[1])
+    plan = make_plan(fwd, opts.trainable, lambda names: differentiable_paths(fwd.nodes, names, seeds, em)[1])
+    if not plan.trained:
+        raise OptionError("nothing to train: no parameter of the forward model reaches the loss through "
+                          "differentiable ops (" + "; ".join(plan.lines()[2:]).strip() + "). Name the "
+                          "parameters with trainable, or check which output the loss is on")
+    return plan
 
 
 def _name_gradients(em: Emitter, params: list[str], grads: dict[str, str]) -> dict[str, str]:
