@@ -126,7 +126,7 @@ def _trainable(fwd: Forward, opts: TrainingOptions, em: Emitter, seeds: dict[str
     plan = make_plan(fwd, opts.trainable, lambda names: differentiable_paths(fwd.nodes, names, seeds, em)[1])
     if not plan.trained:
         raise OptionError("nothing to train: no parameter of the forward model reaches the loss through "
-                          "differentiable ops (" + "; ".join(plan.lines()[2:]).strip() + "). Name the "
+                          "differentiable ops (" + "; ".join(line.strip() for line in plan.lines()[3:]) + "). Name the "
                           "parameters with trainable, or check which output the loss is on")
     return plan
 

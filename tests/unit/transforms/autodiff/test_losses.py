@@ -60,8 +60,8 @@ def test_mse_matches_torch():
 
 def test_labels_input_has_the_loss_type_and_shape():
     logits = np.zeros((2, 3, 4), np.float32)
-    ce = build_training_graph(identity_model(logits), loss="cross_entropy", optimizer=None)
-    mse = build_training_graph(identity_model(logits), loss="mse", optimizer=None)
+    ce = build_training_graph(identity_model(logits), loss="cross_entropy", optimizer=None, trainable="all")
+    mse = build_training_graph(identity_model(logits), loss="mse", optimizer=None, trainable="all")
     (ce_labels,) = [i for i in ce.graph.input if i.name == "labels"]
     (mse_labels,) = [i for i in mse.graph.input if i.name == "labels"]
     assert ce_labels.type.tensor_type.elem_type == onnx.TensorProto.INT64
