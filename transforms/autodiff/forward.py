@@ -164,7 +164,9 @@ def _fold_shape_inputs(light: ModelProto, types: dict[str, ValueType]) -> bool:
             continue
         for i in node.input[1:]:
             src = producer.get(i)
-            if not i or i in folded or src is None or len(src.output) != 1 or types.get(i, (0,))[0] != TensorProto.INT64:
+            if not i or i in folded or src is None or len(src.output) != 1:
+                continue
+            if types.get(i, (0,))[0] != TensorProto.INT64:
                 continue
             value = consts.value(i)
             if value is not None:

@@ -11,9 +11,11 @@ are trained by default. Evidence, strongest first:
    ``val_13``) is that parameter in another layout: trained under its ONNX name, listed
    with its source. Folds that mix a parameter with other values (an embedding gathered
    at constant positions) stay constant and are listed as such.
-2. **legacy TorchScript exporter** (producer ``pytorch``): parameter names are kept;
-   ``onnx::…``, ``Constant_…`` and numeric names are the exporter's own, for which the
-   use pattern (3) decides (``onnx::MatMul_N`` is a folded, transposed weight).
+2. **legacy TorchScript exporter** (producer ``pytorch``): parameter names (module paths,
+   ``encoder.layer.0.…``) are kept; ``onnx::…``, ``Constant_…`` and numeric names are the
+   exporter's own, for which the use pattern (3) decides (``onnx::MatMul_N`` is a folded,
+   transposed weight). A dynamo export whose value metadata was stripped (nodes still carry
+   ``pkg.torch.onnx.*``) is read the same way.
 3. **use pattern** (any model): weights of MatMul/Gemm/Conv/ConvTranspose/Einsum,
    normalization scales and biases, embedding tables (``Gather`` data), PRelu slopes and
    biases added to the output of such a weighted op.
@@ -36,6 +38,7 @@ from transforms.autodiff.emitter import FLOAT_ELEMS
 
 KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
 FOLDED_KEY = "pkg.onnxscript.optimizer.folded_from"
+_DYNAMO_NODE_KEY = "pkg.torch.onnx."
 _GENERATED = re.compile(r"^(onnx::|Constant_|_?val_\d+$|\d+$|/|const_)|_const")
 _VIEWS = frozenset({"Transpose", "Reshape", "Cast", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
 _WEIGHTED = {"MatMul": (0, 1), "Gemm": (0, 1), "Conv": (1,), "ConvTranspose": (1,), "Einsum": None,
@@ -86,6 +89,8 @@ def exporter_of(model: ModelProto) -> str:
     g = model.graph
     if any(p.key in (KIND_KEY, FOLDED_KEY) for vi in list(g.value_info) + list(g.input) for p in vi.metadata_props):
         return "torch-dynamo"
+    if any(p.key.startswith(_DYNAMO_NODE_KEY) for n in g.node[:20] for p in n.metadata_props):
+        return "torch-dynamo"
     return "torch-legacy" if model.producer_name == "pytorch" else "other"
 
 
@@ -131,12 +136,16 @@ def _verdict(name: str, t: TensorProto, exporter: str, meta: dict[str, str], use
         if sources:
             return Choice(name, False, f"exporter constant folded from other values: {', '.join(sources[:3])}"
                           f"{', …' if len(sources) > 3 else ''}")
-        if uses.weight_like(name) and not _is_mask(t):
+        if _is_mask(t):
+            return Choice(name, False, "mask")
+        if not kind and "." in name and not _GENERATED.search(name):
+            return Choice(name, True, "torch parameter")     # metadata stripped: a module path
+        if uses.weight_like(name):
             return Choice(name, True, uses.role(name))
         return Choice(name, False, "exporter constant")
     if _is_mask(t):
         return Choice(name, False, "mask")
-    if exporter == "torch-legacy" and not _GENERATED.search(name):
+    if exporter == "torch-legacy" and not _GENERATED.search(name) and ("." in name or uses.weight_like(name)):
         return Choice(name, True, "torch parameter")
     if uses.weight_like(name):
         return Choice(name, True, uses.role(name))

@@ -28,7 +28,8 @@ class SubgraphOpError(UnsupportedOpError):
         self.op_type = node.op_type
         shown = ", ".join(reads[:5]) + (", …" if len(reads) > 5 else "")
         uses = f"; its {branch} reads the float initializers {shown}, which would get no gradient" if reads else ""
-        msg = f"training-graph generation does not differentiate through ops with subgraphs (If, Loop, Scan){where}{uses}"
+        msg = ("training-graph generation does not differentiate through ops with subgraphs "
+               f"(If, Loop, Scan){where}{uses}")
         hint = ("Export the model without data-dependent control flow (static shapes, no Python branching on "
                 "tensor values; torch.cond/while_loop removed), or fold the condition with a constant-folding "
                 "pass, then run train-graph again")
