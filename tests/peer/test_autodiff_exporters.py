@@ -67,14 +67,19 @@ def _source(plan, name: str) -> str:
     return reason.split(": ", 1)[1] if reason.startswith("folded from") else name
 
 
-@pytest.fixture(scope="module", params=sorted(MODELS))
+@pytest.fixture(scope="module", params=[(m, w) for m in sorted(MODELS) for w in ("random", "fresh")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def exported(request):
+    """``random``: distinct weights (as trained ones); ``fresh``: torch's initial values, whose ones and
+    zeros the exporter's optimizer merges (LayerNorm weights) or drops (zero Gemm biases)."""
+    name, weights = request.param
     torch.manual_seed(0)
-    make, n_classes = MODELS[request.param]
+    make, n_classes = MODELS[name]
     module, args, names = make()
-    randomize(module)
+    if weights == "random":
+        randomize(module)
     forward = export(module, args, dynamo=True, names=names)
-    return request.param, module, args, names, n_classes, forward
+    return name, module, args, names, n_classes, forward
 
 
 def test_default_trainable_set_is_named_parameters(exported):

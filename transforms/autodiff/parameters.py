@@ -76,6 +76,7 @@ class ParameterChoice:
     exporter: str
     choices: list[Choice] = field(default_factory=list)
     ties: list[Tie] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)   # exporter_repair notes
 
     def trainable(self) -> list[str]:
         return [c.name for c in self.choices if c.trainable]

@@ -35,6 +35,7 @@ class ParameterPlan:
     reasons: dict[str, str]
     numel: dict[str, int]
     ties: list["Tie"] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
 
     def frozen(self) -> list[str]:
         chosen = set(self.trained)
@@ -53,6 +54,9 @@ class ParameterPlan:
             groups.setdefault(self.reasons[n].split(": ")[0], []).append(_label(n, self.reasons[n], trained=False))
         for key, names in groups.items():
             out.append(f"  {len(names)} {key}: {_elided(names, shown)}")
+        if self.repairs:
+            out.append(f"undoes {len(self.repairs)} exporter merges/removals of parameters:")
+            out.append("  " + _elided(self.repairs, shown))
         return out
 
 
@@ -86,7 +90,7 @@ def make_plan(fwd: "Forward", trainable: str | tuple[str, ...],
         trained = [n for n in ranked if n in reach]
         reasons = {n: "float initializer" if n in reach else "does not reach the loss" if n in ranked
                    else "scalar" for n in floats}
-        return ParameterPlan(choice.exporter, trained, reasons, numel)
+        return ParameterPlan(choice.exporter, trained, reasons, numel, repairs=list(choice.repairs))
     if trainable == "parameters":
         wanted = choice.trainable()
     else:
@@ -100,7 +104,7 @@ def make_plan(fwd: "Forward", trainable: str | tuple[str, ...],
         reasons.update({n: "does not reach the loss" for n in wanted if n not in reach})
     else:
         trained = wanted
-    return ParameterPlan(choice.exporter, trained, reasons, numel, list(choice.ties))
+    return ParameterPlan(choice.exporter, trained, reasons, numel, list(choice.ties), list(choice.repairs))
 
 
 def apply_ties(fwd: "Forward", ties: list["Tie"]) -> None:

@@ -29,6 +29,7 @@ from ir.onnx_load import read_model
 from transforms.autodiff import rules as _rules  # noqa: F401  (fills GRADIENTS)
 from transforms.autodiff.backward import backward, differentiable_paths
 from transforms.autodiff.emitter import Emitter
+from transforms.autodiff.exporter_repair import repair_dynamo_export
 from transforms.autodiff.forward import Forward, prepare_forward
 from transforms.autodiff.losses import LossBuilder, LossGraph, loss_builder
 from transforms.autodiff.optimizers import UpdateGraph, build_update
@@ -98,7 +99,9 @@ def build(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None =
 def _prepared(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None = None,
               loss_outputs: list[str] | None = None) -> tuple[Forward, Emitter, LossGraph]:
     check_supported(forward)
+    forward, repairs = repair_dynamo_export(forward)
     choice = choose_parameters(forward)
+    choice.repairs = repairs
     fwd = prepare_forward(forward, opts)
     fwd.choice = choice
     apply_ties(fwd, choice.ties)
