@@ -132,3 +132,28 @@ def test_a_folded_broadcast_becomes_its_parameter():
     x, labels = np.zeros((2, 3, 4), np.float32), np.zeros((2, 4, 4), np.float32)
     got = run(import_proto(train), {"x": x, "labels": labels})["embeddings.cls_token_grad"]
     np.testing.assert_allclose(got, 2 * 2 * cls / labels.size, rtol=1e-6)   # summed over the batch copies
+
+
+def _scoped(node, *scopes, rule=None):
+    props = {"pkg.torch.onnx.name_scopes": repr(["", *scopes])}
+    if rule:
+        props["pkg.onnxscript.rewriter.rule_name"] = rule
+    helper.set_metadata_props(node, props)
+    return node
+
+
+def test_dynamo_merged_layer_norm_weights_and_a_dropped_bias_come_back():
+    """Two LayerNorms share the merged all-ones ``ln1.weight``; ``fc``'s zero bias was dropped."""
+    ones, zeros = np.ones(4, np.float32), np.zeros(4, np.float32)
+    w = np.random.default_rng(4).standard_normal((4, 4)).astype(np.float32)
+    nodes = [_scoped(helper.make_node("LayerNormalization", ["x", "ln1.weight", "ln1.bias"], ["a"]), "ln1", "ln"),
+             _scoped(helper.make_node("Gemm", ["a", "fc.weight"], ["b"], transB=1), "fc", "addmm",
+                     rule="RemoveOptionalBiasFromGemm"),
+             _scoped(helper.make_node("LayerNormalization", ["b", "ln1.weight", "ln1.bias"], ["y"]), "ln2", "ln")]
+    meta = {n: {KIND_KEY: "PARAMETER"} for n in ("ln1.weight", "ln1.bias", "fc.weight")}
+    model = _model(nodes, {"ln1.weight": ones, "ln1.bias": zeros, "fc.weight": w}, [("x", F, [2, 4])], "y",
+                   [2, 4], meta=meta)
+    plan = plan_parameters(model, loss="mse", optimizer=None)
+    assert sorted(plan.trained) == ["fc.bias", "fc.weight", "ln1.bias", "ln1.weight", "ln2.bias", "ln2.weight"]
+    assert "fc.bias: zero bias restored" in "\n".join(plan.lines())
+    assert [n.input[1] for n in model.graph.node if n.op_type == "LayerNormalization"] == ["ln1.weight"] * 2
