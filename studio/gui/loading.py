@@ -77,12 +77,14 @@ def needs_training(session: Session) -> bool:
 
 
 def training_options(loss: str, optimizer: str | None, lr: float, weight_decay: float = 0.0,
-                     momentum: float = 0.9, output: str | None = None) -> dict[str, Any]:
+                     momentum: float = 0.9, output: str | None = None, trainable: str = "parameters"
+                     ) -> dict[str, Any]:
     """The options for ``Session.open(training=…)``, validated (``OptionError`` names the bad one).
-    Only what was chosen is recorded: defaults stay implicit, momentum only for SGD."""
+    Only what was chosen is recorded: defaults stay implicit, momentum only for SGD; ``trainable``
+    is always recorded (its default changed from ``all`` to ``parameters``)."""
     from transforms.autodiff import TrainingOptions
     options: dict[str, Any] = {"loss": loss, "optimizer": optimizer, "lr": float(lr),
-                               "weight_decay": float(weight_decay)}
+                               "weight_decay": float(weight_decay), "trainable": trainable}
     if optimizer == "sgd":
         options["momentum"] = float(momentum)
     if output:

@@ -41,6 +41,9 @@ def test_generate_the_training_graph_with_chosen_loss_and_optimizer(qtbot, make_
     assert w.session is None and "mlp_forward.onnx</b> is a forward model" in d.intro.text()
     assert (d.loss.currentData(), d.optimizer.currentData(), d.lr.value()) == ("cross_entropy", "adamw", 1e-3)
     assert d.output.currentText() == "output" and not d.momentum.isEnabled()
+    plan = d.plan.toPlainText()     # the parameter plan: what is trained and what is kept constant
+    assert plan.startswith("trains 4 parameters (") and "fc1.weight, fc1.bias, fc2.weight, fc2.bias" in plan
+    assert d.trainable.currentData() == "parameters"
     d.optimizer.setCurrentIndex(d.optimizer.findData("sgd"))
     assert d.momentum.isEnabled()
     d.lr.setValue(0.1)
@@ -48,7 +51,7 @@ def test_generate_the_training_graph_with_chosen_loss_and_optimizer(qtbot, make_
     _settled(qtbot, w)
     s = w.session
     assert s.training == {"loss": "cross_entropy", "optimizer": "sgd", "lr": 0.1, "weight_decay": 0.0,
-                          "momentum": 0.9}
+                          "momentum": 0.9, "trainable": "parameters"}
     assert s.graph.meta["training"] == "generated" and "fc1.weight.new" in s.graph.outputs
     assert s.graph.containers["fc1.weight"].role.value == "parameter"
     assert w.recent.list() == [str(forward)]

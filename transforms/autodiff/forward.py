@@ -8,15 +8,18 @@
    float32 stash of a float64 model); set BatchNormalization to training mode (batch
    statistics, two running-statistics outputs) or to inference mode, as
    ``options.batchnorm`` says;
-3. infer static types on a light copy (large initializers replaced by typed inputs);
+3. infer static types on a light copy (large initializers replaced by typed inputs; shape
+   computations inference cannot follow are folded to constants and inference repeated);
 4. split the initializers into candidate parameters (float) and frozen constants.
 Initializer tensors are shared with the input model, never copied here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from onnx import ModelProto, NodeProto, TensorProto, helper, shape_inference, version_converter
+import numpy as np
+from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape_inference, version_converter
 
 from ir.errors import ModelImportError, UnsupportedOpError
 from transforms.autodiff.constants import ConstantValues
@@ -26,6 +29,7 @@ from transforms.autodiff.registry import NodeRef
 
 MIN_OPSET = 17
 _SMALL_INIT = 1024   # initializers up to this many elements stay constant for shape inference
+_FOLD_ROUNDS = 4     # shape-folding rounds when inference leaves shapes unknown
 
 
 @dataclass(slots=True)
@@ -39,6 +43,7 @@ class Forward:
     data_inputs: list
     initializers: dict[str, TensorProto]
     prediction: str
+    choice: Any = None   # parameters.ParameterChoice of the original model (set by the caller)
 
     def float_initializers(self) -> list[str]:
         return [n for n, t in self.initializers.items() if t.data_type in FLOAT_ELEMS]
@@ -128,6 +133,9 @@ def _set_attr(node: NodeProto, name: str, value: int) -> None:
 
 
 def _infer_types(work: ModelProto, inits: dict[str, TensorProto]) -> dict[str, ValueType]:
+    """Static types by ONNX shape inference on a light copy; shape computations that inference
+    cannot follow (``Where(Equal(shape, -1), …)`` of a legacy export) are folded into constants
+    and inference runs again (at most ``_FOLD_ROUNDS`` times)."""
     light = ModelProto()
     light.CopyFrom(work)
     declared = {vi.name for vi in light.graph.input}
@@ -136,6 +144,43 @@ def _infer_types(work: ModelProto, inits: dict[str, TensorProto]) -> dict[str, V
             light.graph.initializer.append(t)
         elif name not in declared:
             light.graph.input.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
+    types = _inferred(light, inits)
+    for _ in range(_FOLD_ROUNDS):
+        if not _fold_shape_inputs(light, types):
+            break
+        types = _inferred(light, inits)
+    return types
+
+
+def _fold_shape_inputs(light: ModelProto, types: dict[str, ValueType]) -> bool:
+    """Replace the constant integer inputs of nodes with unknown output shapes by initializers."""
+    g = light.graph
+    opset = default_opset(light)
+    consts = ConstantValues(g, {t.name: t for t in g.initializer}, types, opset)
+    producer = {o: n for n in g.node for o in n.output}
+    folded: dict[str, TensorProto] = {}
+    for node in g.node:
+        if all(not o or (types.get(o) or (0, None))[1] is not None for o in node.output):
+            continue
+        for i in node.input[1:]:
+            src = producer.get(i)
+            if not i or i in folded or src is None or len(src.output) != 1:
+                continue
+            if types.get(i, (0,))[0] != TensorProto.INT64:
+                continue
+            value = consts.value(i)
+            if value is not None:
+                folded[i] = numpy_helper.from_array(np.asarray(value, dtype=np.int64), i)
+    if not folded:
+        return False
+    kept = [n for n in g.node if not (len(n.output) == 1 and n.output[0] in folded)]
+    del g.node[:]
+    g.node.extend(kept)
+    g.initializer.extend(folded.values())
+    return True
+
+
+def _inferred(light: ModelProto, inits: dict[str, TensorProto]) -> dict[str, ValueType]:
     try:
         inferred = shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
     except Exception as e:  # noqa: BLE001 - onnx raises several types; all mean "inconsistent model"
@@ -145,6 +190,8 @@ def _infer_types(work: ModelProto, inits: dict[str, TensorProto]) -> dict[str, V
     for name, t in inits.items():
         types[name] = (t.data_type, tuple(int(d) for d in t.dims))
     gi = inferred.graph
+    for t in gi.initializer:
+        types.setdefault(t.name, (t.data_type, tuple(int(d) for d in t.dims)))
     for vi in list(gi.input) + list(gi.value_info) + list(gi.output):
         tt = vi.type.tensor_type
         if vi.name in types or not vi.type.HasField("tensor_type"):

@@ -14,6 +14,7 @@ from ir.errors import StudioError
 
 LOSSES = ("cross_entropy", "mse")
 OPTIMIZERS = ("sgd", "adamw", "lion")
+TRAINABLE_SETS = ("parameters", "all")
 DEFAULT_BETAS = {"adamw": (0.9, 0.999), "lion": (0.9, 0.99)}
 
 
@@ -31,8 +32,9 @@ class TrainingOptions:
     - ``optimizer``: ``"sgd"`` (``momentum``), ``"adamw"`` (``betas``, ``eps``), ``"lion"``
       (``betas``) or None (gradients only); ``lr`` is the learning rate the studio feeds to
       the ``learning_rate`` input; ``weight_decay`` is decoupled for AdamW and Lion.
-    - ``trainable``: ``"all"`` (every float initializer of rank >= 1 that reaches the loss)
-      or parameter names.
+    - ``trainable``: ``"parameters"`` (the model's parameters that reach the loss, not the
+      exporter's constants: ``parameters.choose_parameters``), ``"all"`` (every float
+      initializer of rank >= 1 that reaches the loss, constants included) or parameter names.
     - ``emit_gradients``: also output ``<p>_grad``.
     - ``batchnorm``: ``"train"`` (batch statistics, the default for training) or ``"eval"``.
     - ``initial_values``: keep the parameters' initial values as default input values.
@@ -47,7 +49,7 @@ class TrainingOptions:
     momentum: float = 0.9
     betas: tuple[float, float] | None = None
     eps: float = 1e-8
-    trainable: str | tuple[str, ...] = "all"
+    trainable: str | tuple[str, ...] = "parameters"
     emit_gradients: bool = True
     ignore_index: int | None = None
     batchnorm: str = "train"
@@ -83,10 +85,10 @@ class TrainingOptions:
         return betas  # type: ignore[return-value]
 
     def _resolved_trainable(self) -> str | tuple[str, ...]:
-        if self.trainable == "all":
-            return "all"
+        if self.trainable in TRAINABLE_SETS:
+            return self.trainable
         if isinstance(self.trainable, str) or not all(isinstance(n, str) for n in self.trainable):
-            raise OptionError(f"option trainable={self.trainable!r} must be 'all' or a list of "
+            raise OptionError(f"option trainable={self.trainable!r} must be 'parameters', 'all' or a list of "
                               "parameter names")
         return tuple(self.trainable)
 

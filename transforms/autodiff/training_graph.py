@@ -21,7 +21,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from onnx import ModelProto, NodeProto, helper
 
@@ -29,10 +29,14 @@ from ir.onnx_load import read_model
 from transforms.autodiff import rules as _rules  # noqa: F401  (fills GRADIENTS)
 from transforms.autodiff.backward import backward, differentiable_paths
 from transforms.autodiff.emitter import Emitter
+from transforms.autodiff.exporter_repair import repair_dynamo_export
 from transforms.autodiff.forward import Forward, prepare_forward
 from transforms.autodiff.losses import LossBuilder, LossGraph, loss_builder
 from transforms.autodiff.optimizers import UpdateGraph, build_update
 from transforms.autodiff.options import OptionError, TrainingOptions
+from transforms.autodiff.parameters import choose_parameters
+from transforms.autodiff.plan import ParameterPlan, apply_ties, make_plan
+from transforms.autodiff.support import check_supported
 
 METADATA_KEY = "dcstudio.training_options"
 
@@ -42,10 +46,21 @@ def build_training_graph(forward: ModelProto, **options: Any) -> ModelProto:
     return build(forward, TrainingOptions(**options))
 
 
-def write_training_graph(forward_path: str | os.PathLike, out_path: str | os.PathLike, **options: Any) -> Path:
-    """Read ``forward_path``, build the training graph and write it atomically to ``out_path``."""
+def plan_parameters(forward: ModelProto, **options: Any) -> ParameterPlan:
+    """What ``build_training_graph(forward, **options)`` would train and keep constant (no backward pass)."""
     opts = TrainingOptions(**options)
-    model = build(read_model(forward_path), opts)
+    fwd, em, loss_graph = _prepared(forward, opts)
+    return _trainable(fwd, opts, em, loss_graph.seeds)
+
+
+def write_training_graph(forward_path: str | os.PathLike, out_path: str | os.PathLike, *,
+                         on_plan: Callable[[ParameterPlan], None] | None = None, **options: Any) -> Path:
+    """Read ``forward_path``, build the training graph and write it atomically to ``out_path``.
+
+    ``on_plan`` receives the parameter plan (what is trained, what is kept constant) before the
+    backward pass is built."""
+    opts = TrainingOptions(**options)
+    model = build(read_model(forward_path), opts, on_plan=on_plan)
     blob = model.SerializeToString()
     out = Path(out_path)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
@@ -62,13 +77,14 @@ def write_training_graph(forward_path: str | os.PathLike, out_path: str | os.Pat
 
 
 def build(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None = None,
-          loss_outputs: list[str] | None = None) -> ModelProto:
+          loss_outputs: list[str] | None = None, on_plan: Callable[[ParameterPlan], None] | None = None
+          ) -> ModelProto:
     """Build the training graph; ``loss``/``loss_outputs`` override the loss (tests)."""
-    fwd = prepare_forward(forward, opts)
-    em = Emitter(fwd.opset, fwd.types, _all_names(fwd))
-    em.scope = "loss"
-    loss_graph = (loss or loss_builder(opts.loss, opts.ignore_index))(em, loss_outputs or [fwd.prediction])
-    params = _trainable(fwd, opts, em, loss_graph.seeds)
+    fwd, em, loss_graph = _prepared(forward, opts, loss, loss_outputs)
+    plan = _trainable(fwd, opts, em, loss_graph.seeds)
+    if on_plan is not None:
+        on_plan(plan)
+    params = plan.trained
     em.const_lookup = fwd.constants(set(params)).value
     grads = backward(em, fwd.nodes, params, loss_graph.seeds)
     for p in params:
@@ -80,6 +96,21 @@ def build(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None =
     return _assemble(fwd, opts, em, params, loss_graph, update)
 
 
+def _prepared(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None = None,
+              loss_outputs: list[str] | None = None) -> tuple[Forward, Emitter, LossGraph]:
+    check_supported(forward)
+    forward, repairs = repair_dynamo_export(forward)
+    choice = choose_parameters(forward)
+    choice.repairs = repairs
+    fwd = prepare_forward(forward, opts)
+    fwd.choice = choice
+    apply_ties(fwd, choice.ties)
+    em = Emitter(fwd.opset, fwd.types, _all_names(fwd))
+    em.scope = "loss"
+    loss_graph = (loss or loss_builder(opts.loss, opts.ignore_index))(em, loss_outputs or [fwd.prediction])
+    return fwd, em, loss_graph
+
+
 def _all_names(fwd: Forward) -> set[str]:
     names = set(fwd.initializers) | {vi.name for vi in fwd.model.graph.input}
     for node in fwd.nodes:
@@ -88,17 +119,19 @@ def _all_names(fwd: Forward) -> set[str]:
     return names
 
 
-def _trainable(fwd: Forward, opts: TrainingOptions, em: Emitter, seeds: dict[str, str]) -> list[str]:
+def _trainable(fwd: Forward, opts: TrainingOptions, em: Emitter, seeds: dict[str, str]) -> ParameterPlan:
     candidates = fwd.float_initializers()
-    if opts.trainable == "all":
-        ranked = [n for n in candidates if len(fwd.initializers[n].dims) >= 1]
-        _, needed = differentiable_paths(fwd.nodes, ranked, seeds, em)
-        return [n for n in ranked if n in needed]
-    missing = [n for n in opts.trainable if n not in candidates]
-    if missing:
-        raise OptionError(f"trainable names {missing} are not float initializers of the forward model "
-                          f"(candidates: {', '.join(candidates[:20])}{', …' if len(candidates) > 20 else ''})")
-    return list(dict.fromkeys(opts.trainable))
+    if isinstance(opts.trainable, tuple):
+        missing = [n for n in opts.trainable if n not in candidates]
+        if missing:
+            raise OptionError(f"trainable names {missing} are not float initializers of the forward model "
+                              f"(candidates: {', '.join(candidates[:20])}{', …' if len(candidates) > 20 else ''})")
+    plan = make_plan(fwd, opts.trainable, lambda names: differentiable_paths(fwd.nodes, names, seeds, em)[1])
+    if not plan.trained:
+        raise OptionError("nothing to train: no parameter of the forward model reaches the loss through "
+                          "differentiable ops (" + "; ".join(line.strip() for line in plan.lines()[3:]) + "). Name the "
+                          "parameters with trainable, or check which output the loss is on")
+    return plan
 
 
 def _name_gradients(em: Emitter, params: list[str], grads: dict[str, str]) -> dict[str, str]:

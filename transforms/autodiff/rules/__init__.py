@@ -9,6 +9,10 @@
 - ``movement``: Reshape Flatten Squeeze Unsqueeze Transpose Expand Tile Identity Cast CastLike
 - ``indexing``: Concat Split Slice Gather Where
 - ``dropout``: Dropout
+- ``einsum``: Einsum
+- ``piecewise``: Floor Ceil Round Sign Shape Size Range (no differentiable input)
+- ``selection``: Max Min ReduceMax ReduceMin GatherElements ScatterND CumSum
+- ``padding``: Pad (constant, reflect, edge, wrap)
 """
 from transforms.autodiff.rules import (  # noqa: F401  (sorted; each import registers its rules)
     activation,
@@ -16,9 +20,13 @@ from transforms.autodiff.rules import (  # noqa: F401  (sorted; each import regi
     contraction,
     conv,
     dropout,
+    einsum,
     indexing,
     movement,
     normalization,
+    padding,
+    piecewise,
     pooling,
     reduction,
+    selection,
 )

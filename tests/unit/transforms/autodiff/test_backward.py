@@ -26,7 +26,7 @@ def test_fan_out_gradients_are_summed():
     nodes = [helper.make_node("Mul", ["W", "x"], ["a"]), helper.make_node("Mul", ["a", "W"], ["b"]),
              helper.make_node("Tanh", ["W"], ["t"]), helper.make_node("Add", ["b", "t"], ["c"]),
              helper.make_node("Mul", ["W", "W"], ["sq"]), helper.make_node("Add", ["c", "sq"], ["output"])]
-    model = build_training_graph(_model(nodes, {"W": w}, [2, 3]), loss="mse", optimizer=None)
+    model = build_training_graph(_model(nodes, {"W": w}, [2, 3]), loss="mse", optimizer=None, trainable="all")
     assert sum(n.op_type == "Sum" for n in model.graph.node) == 1
     tw = torch.tensor(w, requires_grad=True)
     y = tw * torch.tensor(x) * tw + torch.tanh(tw) + tw * tw
@@ -38,7 +38,8 @@ def test_fan_out_gradients_are_summed():
 def test_a_listed_parameter_the_loss_does_not_reach_gets_zeros():
     nodes = [helper.make_node("Mul", ["W", "x"], ["output"]), helper.make_node("Neg", ["U"], ["unused"])]
     forward = _model(nodes, {"W": np.ones((2, 3)), "U": np.ones(4)}, [2, 3])
-    assert [i.name for i in build_training_graph(forward, loss="mse").graph.input if i.name in "WU"] == ["W"]
+    assert [i.name for i in build_training_graph(forward, loss="mse", trainable="all").graph.input
+            if i.name in "WU"] == ["W"]
     model = build_training_graph(forward, loss="mse", optimizer="sgd", trainable=["W", "U"])
     got = ort_run(model, {"x": np.ones((2, 3)), "labels": np.zeros((2, 3)),
                           "W.momentum": np.zeros((2, 3)), "U.momentum": np.zeros(4),
@@ -63,7 +64,7 @@ def test_all_trains_float_initializers_that_reach_the_loss_through_differentiabl
 def test_no_rule_error_lists_every_supported_op():
     nodes = [helper.make_node("Mul", ["W", "x"], ["a"]), helper.make_node("Selu", ["a"], ["output"], name="act")]
     with pytest.raises(NoGradientError) as info:
-        build_training_graph(_model(nodes, {"W": np.ones((2, 3))}, [2, 3]), loss="mse")
+        build_training_graph(_model(nodes, {"W": np.ones((2, 3))}, [2, 3]), loss="mse", trainable="all")
     msg = str(info.value)
     assert msg.startswith("node 'act' (Selu, id=act): no gradient rule for op Selu")
     assert f"Gradient rules exist for {len(supported_ops())} ops: " + ", ".join(supported_ops()) in msg

@@ -36,7 +36,7 @@ def test_cross_entropy_matches_torch(shape, ignore_index):
     labels = rng.integers(0, shape[1], (shape[0],) + shape[2:]).astype(np.int64)
     if ignore_index is not None:
         labels.reshape(-1)[::3] = ignore_index
-    model = build_training_graph(identity_model(logits), loss="cross_entropy", optimizer=None,
+    model = build_training_graph(identity_model(logits), loss="cross_entropy", optimizer=None, trainable="all",
                                  ignore_index=ignore_index)
     t = torch.tensor(logits, requires_grad=True)
     loss = F.cross_entropy(t, torch.tensor(labels), ignore_index=-100 if ignore_index is None else ignore_index)
@@ -49,7 +49,7 @@ def test_cross_entropy_matches_torch(shape, ignore_index):
 def test_mse_matches_torch():
     rng = np.random.default_rng(1)
     pred, target = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 5))
-    model = build_training_graph(identity_model(pred), loss="mse", optimizer=None)
+    model = build_training_graph(identity_model(pred), loss="mse", optimizer=None, trainable="all")
     t = torch.tensor(pred, requires_grad=True)
     loss = F.mse_loss(t, torch.tensor(target))
     loss.backward()
@@ -60,8 +60,8 @@ def test_mse_matches_torch():
 
 def test_labels_input_has_the_loss_type_and_shape():
     logits = np.zeros((2, 3, 4), np.float32)
-    ce = build_training_graph(identity_model(logits), loss="cross_entropy", optimizer=None)
-    mse = build_training_graph(identity_model(logits), loss="mse", optimizer=None)
+    ce = build_training_graph(identity_model(logits), loss="cross_entropy", optimizer=None, trainable="all")
+    mse = build_training_graph(identity_model(logits), loss="mse", optimizer=None, trainable="all")
     (ce_labels,) = [i for i in ce.graph.input if i.name == "labels"]
     (mse_labels,) = [i for i in mse.graph.input if i.name == "labels"]
     assert ce_labels.type.tensor_type.elem_type == onnx.TensorProto.INT64

@@ -1,0 +1,83 @@
+"""``check_supported(model)``: refuse, before anything is built, what autodiff cannot handle.
+
+Every node of the forward model, including those inside subgraph attributes (``If``
+branches, ``Loop``/``Scan`` bodies, at any depth), must be an op the studio claims
+(``ir.claimed_ops``). Ops with subgraphs are never differentiated: an ``If`` whose
+branch reads a float initializer would otherwise give that initializer a silent zero
+gradient. The error names the node, the branch and the outer values the branch reads,
+and says what to do.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
+
+from ir.claimed_ops import is_claimed
+from ir.errors import GraphError, UnsupportedOpError
+from transforms.autodiff.emitter import FLOAT_ELEMS
+from transforms.autodiff.registry import NodeRef
+
+SUBGRAPH_OPS = ("If", "Loop", "Scan")
+
+
+class SubgraphOpError(UnsupportedOpError):
+    """An op with a subgraph (If/Loop/Scan) in a model to be differentiated."""
+
+    def __init__(self, node: NodeProto, where: str, branch: str, reads: list[str]) -> None:
+        self.op_type = node.op_type
+        shown = ", ".join(reads[:5]) + (", …" if len(reads) > 5 else "")
+        uses = f"; its {branch} reads the float initializers {shown}, which would get no gradient" if reads else ""
+        msg = ("training-graph generation does not differentiate through ops with subgraphs "
+               f"(If, Loop, Scan){where}{uses}")
+        hint = ("Export the model without data-dependent control flow (static shapes, no Python branching on "
+                "tensor values; torch.cond/while_loop removed), or fold the condition with a constant-folding "
+                "pass, then run train-graph again")
+        GraphError.__init__(self, msg, NodeRef(node), hint=hint)
+
+
+def check_supported(model: ModelProto) -> None:
+    """Raise ``SubgraphOpError``/``UnsupportedOpError`` for the first node autodiff cannot take."""
+    floats = {t.name for t in model.graph.initializer if t.data_type in FLOAT_ELEMS}
+    for node, path in _walk(model.graph, ""):
+        where = f" (inside {path})" if path else ""
+        if node.op_type in SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
+            reading = [(b, sorted(_outer_reads(sub) & floats)) for b, sub in sorted(_subgraphs(node), reverse=True)]
+            branch, reads = next(((b, r) for b, r in reading if r), ("body", []))
+            raise SubgraphOpError(node, where, branch, reads)
+        if not is_claimed(node.domain, node.op_type):
+            if node.domain not in ("", "ai.onnx") and not path:
+                continue   # prepare_forward names the domain (training graphs are standard ONNX)
+            err = UnsupportedOpError(node.op_type, NodeRef(node), domain=node.domain)
+            if path:
+                err.args = (f"{err.args[0]} (inside {path})",)
+            raise err
+
+
+def _walk(graph: GraphProto, path: str) -> Iterator[tuple[NodeProto, str]]:
+    for node in graph.node:
+        yield node, path
+        for branch, sub in _subgraphs(node):
+            label = f"{branch} of node '{NodeRef(node).name}' ({node.op_type})"
+            yield from _walk(sub, f"{label}, {path}" if path else label)
+
+
+def _subgraphs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            yield a.name, a.g
+        elif a.type == AttributeProto.GRAPHS:
+            for k, g in enumerate(a.graphs):
+                yield f"{a.name}[{k}]", g
+
+
+def _outer_reads(graph: GraphProto) -> set[str]:
+    """Names a subgraph (and its nested subgraphs) reads from enclosing scopes."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    reads: set[str] = set()
+    for node in graph.node:
+        reads.update(i for i in node.input if i and i not in defined)
+        for _, sub in _subgraphs(node):
+            reads.update(n for n in _outer_reads(sub) if n not in defined)
+        defined.update(node.output)
+    return reads
