@@ -5,12 +5,15 @@ bindings, the training-graph options when the graph was generated, and the
 ordered ``Step``s (transformation name, params, anchor ids, and the expected
 bytes after the step). File format (``format: "dcstudio-history"``)::
 
-    {"format": "dcstudio-history", "version": 1,
+    {"format": "dcstudio-history", "version": 2,
      "model": {"sha256": "…", "name": "bert_layer_base_train.onnx"},
      "bindings": {"batch": 8}, "training": null,
      "steps": [{"transformation": "map_fusion", "params": {}, "anchors": ["a", "b"],
                 "expect": {"bytes_after": 123}}]}
 
+Version 2 (2026-11): ``training.trainable`` defaults to ``"parameters"`` (the model's own
+parameters); a version-1 file's training options without ``trainable`` meant every float
+initializer, so loading one fills in ``"all"`` and it regenerates the graph it was recorded on.
 Loading validates the whole schema (nothing is evaluated or unpickled) and says
 what is wrong and where; saving writes atomically (temp file + rename).
 """
@@ -26,7 +29,7 @@ from typing import Any, Mapping
 from ir.errors import StudioError
 
 FORMAT = "dcstudio-history"
-VERSION = 1
+VERSION = 2
 
 
 class HistoryError(StudioError):
@@ -121,6 +124,8 @@ def from_json(d: Any) -> History:
     training = d.get("training")
     _expect(training is None or (isinstance(training, dict) and _json_scalar_tree(training)), "history",
             "'training' must be null or an object")
+    if version == 1 and training is not None and "trainable" not in training:
+        training = {**training, "trainable": "all"}      # the version-1 default (see the module docstring)
     steps = d.get("steps")
     _expect(isinstance(steps, list), "history", "'steps' must be a list")
     return History(model["sha256"], model["name"], tuple(_step_from_json(k + 1, s) for k, s in enumerate(steps)),

@@ -25,9 +25,18 @@ def test_round_trip(tmp_path):
     assert json.loads((tmp_path / "h.json").read_text())["format"] == FORMAT
 
 
+def test_version_1_training_options_keep_their_trainable_default():
+    """Version-1 files were recorded when an unnamed trainable set meant every float initializer."""
+    old = from_json(_doc(training={"loss": "mse", "optimizer": "adamw"}))
+    assert old.training == {"loss": "mse", "optimizer": "adamw", "trainable": "all"}
+    new = from_json(_doc(version=2, training={"loss": "mse", "optimizer": "adamw"}))
+    assert new.training == {"loss": "mse", "optimizer": "adamw"}          # today's default applies
+    assert from_json(_doc(training={"loss": "mse", "trainable": "parameters"})).training["trainable"] == "parameters"
+
+
 @pytest.mark.parametrize("change, message", [
     ({"format": "other"}, "'format' must be 'dcstudio-history'"),
-    ({"version": 2}, "version 2 is newer than this dcstudio understands"),
+    ({"version": 3}, "version 3 is newer than this dcstudio understands"),
     ({"version": "1"}, "'version' must be an integer"),
     ({"model": {"name": "m"}}, "'model' must hold"),
     ({"bindings": {"batch": "8"}}, "'bindings' must map names to integers"),
