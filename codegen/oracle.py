@@ -107,7 +107,7 @@ class CheckResult:
 class Oracle:
     """See the module docstring. Build with ``Oracle.of(graph, proto, feeds)``."""
 
-    graph: Graph
+    outputs: list[str]
     feeds: dict[str, np.ndarray]
     truth: dict[str, np.ndarray]
     scales: dict[str, float]
@@ -138,7 +138,8 @@ class Oracle:
             ref32 = run_reference(graph, feeds)
         exact = {n: np.asarray(ref32[n]) for n in ints}
         basis = f"{base_name} vs float64 truth" if truth_ok else f"{base_name}, no float64 truth"
-        return cls(graph, feeds, {n: truth[n] for n in floats}, scales, tols, errs, exact, basis, notes)
+        return cls(list(graph.outputs), feeds, {n: truth[n] for n in floats}, scales, tols, errs, exact, basis,
+                   notes)
 
     def widened_to(self, stated: float) -> "Oracle":
         """A copy whose tolerances are at least ``stated`` (a lossy transformation's own)."""
@@ -146,12 +147,15 @@ class Oracle:
             return self
         tols = {n: max(t, stated) for n, t in self.tolerances.items()}
         notes = self.notes + [f"tolerances widened to the history's stated {stated:g}"]
-        return Oracle(self.graph, self.feeds, self.truth, self.scales, tols, self.baseline_errors, self.exact,
+        return Oracle(self.outputs, self.feeds, self.truth, self.scales, tols, self.baseline_errors, self.exact,
                       self.basis, notes)
 
-    @property
-    def outputs(self) -> list[str]:
-        return list(self.graph.outputs)
+    def with_tolerance(self, rtol: float) -> "Oracle":
+        """A copy with every float output's tolerance replaced by ``rtol`` (a user's override)."""
+        tols = {n: rtol for n in self.tolerances}
+        notes = self.notes + [f"tolerance overridden: {rtol:g} for every output"]
+        return Oracle(self.outputs, self.feeds, self.truth, self.scales, tols, self.baseline_errors, self.exact,
+                      self.basis, notes)
 
     def compare(self, outputs: Mapping[str, np.ndarray]) -> list[Mismatch]:
         """Outputs of a (transformed) graph that miss the oracle, worst err/tol first."""
@@ -216,6 +220,22 @@ def _truth(graph: Graph, feeds, base: Mapping[str, np.ndarray], notes: list[str]
         notes.append(f"no float64 truth ({e.summary.splitlines()[0][:160]}): fixed tolerance "
                      f"{FALLBACK_TOLERANCE:g}")
         return dict(base), False
+
+
+def stated_tolerance(steps) -> float:
+    """The loosest tolerance a lossy transformation of ``steps`` states (mixed_precision); the
+    base class's default (``Transformation.tolerance``) is not a statement and counts as 0."""
+    from transforms.base import Transformation
+    from transforms.registry import create
+    worst = 0.0
+    for step in steps:
+        try:
+            t = create(step.transformation, step.params)
+        except StudioError:
+            continue                    # the replay itself reports the unknown transformation
+        if t.tolerance > Transformation.tolerance:
+            worst = max(worst, float(t.tolerance))
+    return worst
 
 
 def random_nodes(graph: Graph) -> list[OpNode]:

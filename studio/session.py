@@ -66,13 +66,23 @@ def load_graph(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | N
     (``transforms.autodiff``). The graph's sha256 is always the file's, so histories match it."""
     if not training:
         return import_model(model_path, bindings=bindings, optimizer=optimizer)
+    return load_original(model_path, bindings=bindings, optimizer=optimizer, training=training)[0]
+
+
+def load_original(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
+                  optimizer: str | None = None, training: Mapping[str, Any] | None = None):
+    """``(graph, proto)``: the imported graph (as ``load_graph``) and the ONNX model it came from —
+    the file's, or the standard-ONNX training step generated from it — for ``codegen.oracle``."""
+    from ir.onnx_load import read_model
+    if not training:
+        return import_model(model_path, bindings=bindings, optimizer=optimizer), read_model(model_path)
     from ir.onnx_import import import_proto
-    from ir.onnx_load import file_sha256, read_model
+    from ir.onnx_load import file_sha256
     from transforms.autodiff import build_training_graph
     proto = build_training_graph(read_model(model_path), **dict(training))
     graph = import_proto(proto, path=str(model_path), bindings=bindings, name=Path(model_path).stem + "-train")
     graph.meta.update(source=str(model_path), sha256=file_sha256(model_path), training="generated")
-    return graph
+    return graph, proto
 
 
 def data_dir() -> Path:
