@@ -8,6 +8,7 @@ else None). Why onnxruntime was left out is appended to ``notes`` (one short phr
 """
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import numpy as np
@@ -49,7 +50,7 @@ def _onnxruntime(graph: Graph, proto, feeds):
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     try:
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = _session(ort, proto, opts)
     except Exception as e:  # noqa: BLE001 - any load failure means: use the reference executor
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return None, f"onnxruntime cannot load the model ({_short(first)})"
@@ -70,8 +71,25 @@ def _onnxruntime(graph: Graph, proto, feeds):
     return dict(zip(graph.outputs, values)), None
 
 
+def _session(ort, proto, opts):
+    """An InferenceSession; a model that only claims a newer IR version than onnxruntime reads
+    (onnx writes its newest by default) is retried with the version onnxruntime names."""
+    try:
+        return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        found = re.search(r"Unsupported model IR version: \d+, max supported IR version: (\d+)", str(e))
+        if not found:
+            raise
+        older = type(proto)()
+        older.CopyFrom(proto)
+        older.ir_version = int(found.group(1))
+        return ort.InferenceSession(older.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
 def _short(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"\S+\.(cc|h):\d+ [^()]*\([^()]*\) ", "", text)
     for marker in ("is not a registered function/op", "Could not find an implementation"):
         if marker in text:
             start = max(text.rfind(" ", 0, text.find(marker) - 1), 0)
