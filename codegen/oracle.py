@@ -26,17 +26,16 @@ from typing import Mapping
 import numpy as np
 
 from codegen.numpy_ref.executor import run as run_reference
+from codegen.numpy_ref.feeds import feeds_for
 from codegen.numpy_ref.widen import widen_feeds, widened
+from codegen.oracle_baseline import baseline_outputs, random_nodes  # noqa: F401  (random_nodes: public here too)
 from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
-from ir.nodes import OpNode
 
 K = 16.0                    # measured: see tests/unit/codegen/test_oracle.py and the README section
 FALLBACK_TOLERANCE = 1e-4   # when no float64 truth exists (and no error can be derived)
 GROUPED_ROLES = (Role.GRADIENT, Role.OPTIMIZER_STATE, Role.PARAMETER)
-RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Bernoulli",
-                        "Multinomial"})
 
 
 def unit_roundoff(dtype) -> float:
@@ -120,8 +119,6 @@ class Oracle:
     @classmethod
     def of(cls, graph: Graph, proto=None, feeds: Mapping[str, np.ndarray] | None = None, *,
            k: float = K) -> "Oracle":
-        from codegen.numpy_ref.feeds import feeds_for
-        from codegen.oracle_baseline import baseline_outputs
         feeds = dict(feeds) if feeds is not None else feeds_for(graph)
         floats = [n for n in graph.outputs if _is_float(graph, n)]
         notes: list[str] = []
@@ -236,24 +233,3 @@ def stated_tolerance(steps) -> float:
         if t.tolerance > Transformation.tolerance:
             worst = max(worst, float(t.tolerance))
     return worst
-
-
-def random_nodes(graph: Graph) -> list[OpNode]:
-    """Nodes that draw random numbers (onnxruntime and the reference executor draw differently)."""
-    out = []
-    for node in graph.nodes.values():
-        if not isinstance(node, OpNode):
-            continue
-        if node.op_type in RANDOM_OPS or node.op_type == "Dropout" and _dropout_trains(graph, node):
-            out.append(node)
-    return out
-
-
-def _dropout_trains(graph: Graph, node: OpNode) -> bool:
-    if node.opset < 12:
-        return False
-    names = node.input_names()
-    if len(names) < 3 or names[2] is None:
-        return False
-    value = graph.values.get(names[2])
-    return value is None or bool(np.asarray(value).reshape(-1)[:1].any())

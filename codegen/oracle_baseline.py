@@ -15,13 +15,15 @@ import numpy as np
 
 from codegen.numpy_ref.executor import run as run_reference
 from ir.graph import Graph
+from ir.nodes import OpNode
 
+RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Bernoulli",
+                        "Multinomial"})
 REFERENCE = "reference executor fp32"
 ORT = "onnxruntime fp32"
 
 
 def baseline_outputs(graph: Graph, proto, feeds: Mapping[str, np.ndarray], notes: list[str]):
-    from codegen.oracle import random_nodes
     reason = None
     drawn = random_nodes(graph)
     if proto is None:
@@ -95,3 +97,24 @@ def _short(text: str, limit: int = 120) -> str:
             start = max(text.rfind(" ", 0, text.find(marker) - 1), 0)
             return text[start:text.find(marker) + len(marker)].strip()
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def random_nodes(graph: Graph) -> list[OpNode]:
+    """Nodes that draw random numbers (onnxruntime and the reference executor draw differently)."""
+    out = []
+    for node in graph.nodes.values():
+        if not isinstance(node, OpNode):
+            continue
+        if node.op_type in RANDOM_OPS or node.op_type == "Dropout" and _dropout_trains(graph, node):
+            out.append(node)
+    return out
+
+
+def _dropout_trains(graph: Graph, node: OpNode) -> bool:
+    if node.opset < 12:
+        return False
+    names = node.input_names()
+    if len(names) < 3 or names[2] is None:
+        return False
+    value = graph.values.get(names[2])
+    return value is None or bool(np.asarray(value).reshape(-1)[:1].any())
