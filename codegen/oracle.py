@@ -119,7 +119,7 @@ class Oracle:
     @classmethod
     def of(cls, graph: Graph, proto=None, feeds: Mapping[str, np.ndarray] | None = None, *,
            k: float = K) -> "Oracle":
-        feeds = dict(feeds) if feeds is not None else feeds_for(graph)
+        feeds = dict(feeds) if feeds is not None else _feeds(graph)
         floats = [n for n in graph.outputs if _is_float(graph, n)]
         notes: list[str] = []
         base, base_name, ref32 = baseline_outputs(graph, proto, feeds, notes)
@@ -195,6 +195,14 @@ class Oracle:
     def run_and_check(self, graph: Graph) -> CheckResult:
         """Run ``graph`` (the transformed one) with the reference executor on the oracle's feeds."""
         return self.check(run_reference(graph, self.feeds))
+
+
+def _feeds(graph: Graph) -> dict[str, np.ndarray]:
+    try:
+        return feeds_for(graph)
+    except KeyError as e:
+        raise StudioError(f"checking '{graph.name}' needs concrete shapes: bind the symbolic dimension "
+                          f"{e.args[0]!r} (--bind {e.args[0]}=N)") from None
 
 
 def _is_float(graph: Graph, name: str) -> bool:

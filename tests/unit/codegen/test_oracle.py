@@ -113,3 +113,12 @@ def test_the_reference_executor_is_never_the_inaccurate_side(fixtures_dir, name)
     worse = {n: error(ours[n], t, o.scales[n]) / max(o.baseline_errors[n], U32) for n, t in o.truth.items()}
     assert max(worse.values()) <= 2.0, sorted(worse.items(), key=lambda kv: -kv[1])[:3]
     assert max(o.baseline_errors.values()) < 8 * U32       # the fixtures' onnxruntime error, measured ≤ 3.9 u
+
+
+def test_unbound_symbolic_dimensions_are_a_clear_error():
+    from ir.errors import StudioError
+    from tests.unit.ir.onnx_models import mlp
+    with pytest.raises(StudioError, match="bind the symbolic dimension 'batch' \\(--bind batch=N\\)"):
+        Oracle.of(import_proto(mlp()), mlp())
+    g = import_proto(mlp(), bindings={"batch": 3})
+    assert Oracle.of(g, mlp()).run_and_check(g).ok
