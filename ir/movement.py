@@ -228,8 +228,29 @@ def _einsum_flops(graph: Graph, node: OpNode) -> int | None:
     return 2 * math.prod(sizes.values())
 
 
+BOUND_KEY = "compulsory_bytes"
+
+
 def lower_bound(graph: Graph) -> int:
-    """Compulsory bytes: interface and constant containers read once, outputs written once."""
+    """Compulsory bytes: interface and constant containers read once, outputs written once.
+
+    The bound is a property of the model, not of how a step computes it: ``freeze_bound`` records
+    it at import (``graph.meta['compulsory_bytes']``) and every transformed graph reports that
+    figure. Counted afresh, it would drift with the implementation — a folded constant is a new
+    initializer, a scalar absorbed into a tasklet is no longer read."""
+    frozen = graph.meta.get(BOUND_KEY)
+    return int(frozen) if frozen is not None else _count_bound(graph)
+
+
+def freeze_bound(graph: Graph) -> None:
+    """Record the imported graph's bound (skipped while a symbolic dimension is unbound)."""
+    try:
+        graph.meta[BOUND_KEY] = str(_count_bound(graph))
+    except ShapeError:
+        pass
+
+
+def _count_bound(graph: Graph) -> int:
     used_reads = {m.container for n in graph.nodes.values() for m in n.inputs if m is not None}
     total = 0
     for name in dict.fromkeys(list(graph.inputs) + list(graph.values)):
@@ -253,8 +274,8 @@ def report(graph: Graph, kernels: Iterable | None = None) -> Report:
     return Report(tuple(figs), total, lower_bound(graph))
 
 
-__all__ = ["Estimate", "KernelFigures", "Report", "kernel_estimate", "library_flops", "lower_bound",
-           "report"]
+__all__ = ["Estimate", "KernelFigures", "Report", "freeze_bound", "kernel_estimate", "library_flops",
+           "lower_bound", "report"]
 
 
 class Ledger:

@@ -27,6 +27,7 @@ from ir.containers import Container, Role
 from ir.errors import ModelImportError, ShapeError, UnsupportedOpError
 from ir.graph import Graph
 from ir.memlet import Memlet
+from ir.movement import freeze_bound
 from ir.nodes import OpNode
 from ir.onnx_attrs import UnsupportedAttribute, attrs_from_onnx
 from ir.onnx_load import file_sha256, opset_map, read_model
@@ -86,6 +87,7 @@ def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mappin
         kind = "joint"
     g.meta["kind"] = kind
     _add_nodes(g, work, opsets, path)
+    freeze_bound(g)
     return g
 
 

@@ -6,7 +6,6 @@ figures always equal a full recount.
 """
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -16,7 +15,7 @@ from codegen.numpy_ref.feeds import compare, feeds_for
 from ir.movement import report
 from ir.serialize import graph_hash
 from studio.session import Session
-from tests.conftest import SHARED_FIXTURES
+from tests.conftest import FIXTURES
 
 GRAPHS = ["ort_artifacts/mlp/legacy/training_model.onnx", "joint_standard/mlp_joint_adamw.onnx",
           "ort_artifacts/bert_layer_small/legacy_ln3/gradient_model.onnx"]
@@ -25,9 +24,7 @@ GRAPHS = ["ort_artifacts/mlp/legacy/training_model.onnx", "joint_standard/mlp_jo
 class SessionMachine(RuleBasedStateMachine):
     @initialize(which=st.sampled_from(GRAPHS))
     def open(self, which):
-        if not SHARED_FIXTURES.is_dir():
-            pytest.skip("shared fixtures not found")
-        self.s = Session.open(SHARED_FIXTURES / which, autosave=False)
+        self.s = Session.open(FIXTURES / which, autosave=False)
         self.feeds = feeds_for(self.s.graph)
         self.reference = run(self.s.graph, self.feeds)
         self.hashes = [graph_hash(self.s.graph)]      # hash after k applied steps

@@ -16,11 +16,12 @@ from ir.printer import node_to_text
 from transforms import engine
 from transforms.mixed_precision import BF16_RTOL, FP16_RTOL
 from transforms.registry import create
+from tests.conftest import FIXTURES
 from tests.unit.ir.onnx_models import model, vi
 from tests.unit.transforms.harness import assert_applies, assert_fails
 
 N = 8 * 16                  # elements of one [8, 16] activation
-BERT_SMALL = "/work/shared/fixtures/ort_artifacts/bert_layer_small/legacy_ln3/train_step_adamw.onnx"
+BERT_SMALL = str(FIXTURES / "ort_artifacts/bert_layer_small/legacy_ln3/train_step_adamw.onnx")
 mk = helper.make_node
 
 

@@ -13,6 +13,7 @@ from ir import lowering
 from ir.movement import kernel_estimate
 from ir.nodes import MapNode, OpNode
 from ir.onnx_import import import_model, import_proto
+from tests.conftest import FIXTURES
 from tests.unit.ir.onnx_models import vi
 from tests.unit.transforms.harness import assert_applies, assert_fails
 from tests.unit.transforms.test_reduction_fusion import H, F32, apply_on_bert, bert, w  # noqa: F401
@@ -21,7 +22,7 @@ from transforms.registry import create
 
 T = create("optimizer_fusion")
 R, N = 6, 16                                  # rows reduced into the gradient, parameter elements
-ORT = Path("/work/shared/fixtures/ort_artifacts/bert_layer_base/legacy16/training_model.onnx")
+ORT = FIXTURES / "ort_artifacts/bert_layer_base/legacy16/training_model.onnx"
 OPTIMIZERS = {
     "AdamW": (["lr", "step", "p", "g", "p.m", "p.v"], ["p.new", "p.m.new", "p.v.new"],
               {"alpha": 0.9, "beta": 0.999, "epsilon": 1e-6, "weight_decay": 0.01, "adam_mode": 1}),
@@ -124,7 +125,6 @@ def test_weight_update_in_two_parts_then_into_its_gradient_gemm(bert):
     assert operands - grad_inputs == 24 * H * H + F32        # p, m, v in and out; the step size
 
 
-@pytest.mark.skipif(not ORT.is_file(), reason=f"fixture not found: {ORT}")
 def test_ort_artifact_adamw_op_fused_directly():
     """The ORT artifact's per-parameter ai.dcstudio::AdamW op, not expanded; its gradient is a graph
     output, so only the update's read of it is saved."""
@@ -150,8 +150,7 @@ def test_near_misses_name_the_kernels(bert):
     lng = "/layer/output/LayerNorm/Mul/LayerNormFusion/_Grad/LayerNormalizationGrad_0/expanded"
     assert_fails(bert, T, T.match(lng, "fused:Mul:layer.output.LayerNorm.weight.g2/expanded"),
                  f"'{lng}' does not write 'layer.output.LayerNorm.weight_grad' once per element")
-    if ORT.is_file():
-        ort = import_model(ORT)
-        assert_fails(ort, T, T.match("/layer/attention/self/value/Transpose_Grad/Transpose_0",
-                                     "onnx::AdamWOptimizer::9/layer.attention.self.value.weight"),
-                     "(Transpose) is neither a map nor a MatMul/Gemm/FusedMatMul", "expand it first")
+    ort = import_model(ORT)
+    assert_fails(ort, T, T.match("/layer/attention/self/value/Transpose_Grad/Transpose_0",
+                                 "onnx::AdamWOptimizer::9/layer.attention.self.value.weight"),
+                 "(Transpose) is neither a map nor a MatMul/Gemm/FusedMatMul", "expand it first")

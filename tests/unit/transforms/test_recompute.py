@@ -10,13 +10,14 @@ from ir.onnx_import import import_model, import_proto
 from ir.verify import verify
 from transforms import engine
 from transforms.registry import create
+from tests.conftest import FIXTURES
 from tests.unit.ir.onnx_models import model, vi
 from tests.unit.transforms.harness import assert_applies, assert_fails
 
 F32 = 4
 A = 8 * 16 * F32           # one [8, 16] activation: 512 B
 BERT = "resources/examples/bert_layer_base_train.onnx"
-BERT_SMALL = "/work/shared/fixtures/ort_artifacts/bert_layer_small/legacy_ln3/train_step_adamw.onnx"
+BERT_SMALL = str(FIXTURES / "ort_artifacts/bert_layer_small/legacy_ln3/train_step_adamw.onnx")
 mk = helper.make_node
 
 

@@ -102,8 +102,6 @@ def apply_on_bert(graph: Graph, t, match, rtol: float = 1e-4):
 
 @pytest.fixture(scope="module")
 def bert():
-    if not BERT.is_file():
-        pytest.skip(f"bundled example missing: {BERT}")
     return bert_expanded_fused()
 
 
