@@ -4,7 +4,8 @@ Imports the model (as the history's training options and bindings say), replays 
 history headless, and writes the package ``DIR`` (``codegen.export.package`` for the CPU
 backend, ``codegen.cupy_cuda.export`` for CUDA). The stored check inputs are the
 deterministic feeds of ``codegen.numpy_ref.feeds`` or the arrays of ``--inputs X.npz``
-(keys = input names); their reference outputs are computed now. Prints what was written
+(keys = input names); their reference outputs are the ORIGINAL model's (``codegen.oracle``:
+float64 truth, per-output tolerances), computed now. Prints what was written
 and how to check it: ``cd PARENT && python -m NAME --check``.
 
 Exit codes: 0 ok, 2 bad input (unreadable model or history, a step that does not replay,
@@ -36,19 +37,30 @@ def _inputs(graph, path: str | None) -> dict[str, np.ndarray]:
     return feeds
 
 
-def load_with_history(model: str, history: str | None, bind: list[str]):
-    """The graph after replaying ``history`` (or as imported), and the history's steps."""
+def load_with_history(model: str, history: str | None, bind: list[str], *, original: bool = False):
+    """The graph after replaying ``history`` (or as imported), and the history's steps; with
+    ``original=True`` also ``(imported graph, ONNX proto)`` for the oracle of the package's check."""
     from studio.cli import parse_bindings
-    from studio.session import load_graph
+    from studio.session import load_graph, load_original
     from transforms.history import check_model, load
     from transforms.replay import replay
-    if history is None:
-        return load_graph(model, bindings=parse_bindings(bind)), ()
-    hist = load(history)
-    graph = load_graph(model, bindings={**hist.bindings, **parse_bindings(bind)}, training=hist.training)
-    check_model(hist, graph.meta["sha256"], Path(model).name, path=history)
-    replay(graph, hist, path=history)
-    return graph, hist.steps
+    hist = load(history) if history is not None else None
+    bindings = {**(hist.bindings if hist else {}), **parse_bindings(bind)}
+    training = hist.training if hist else None
+    graph, proto = (load_original(model, bindings=bindings, training=training) if original else
+                    (load_graph(model, bindings=bindings, training=training), None))
+    first = graph.clone() if original else None
+    if hist is not None:
+        check_model(hist, graph.meta["sha256"], Path(model).name, path=history)
+        replay(graph, hist, path=history)
+    steps = hist.steps if hist is not None else ()
+    return (graph, steps, (first, proto)) if original else (graph, steps)
+
+
+def original_oracle(original, proto, feeds, steps):
+    """The oracle of the original model on ``feeds``, widened by the steps' stated tolerances."""
+    from codegen.oracle import Oracle, stated_tolerance
+    return Oracle.of(original, proto, feeds).widened_to(stated_tolerance(steps))
 
 
 def write_package(graph, out_dir, backend: str, inputs, history, **options):
@@ -69,9 +81,11 @@ def write_package(graph, out_dir, backend: str, inputs, history, **options):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    graph, steps = load_with_history(args.model, args.history, args.bind)
+    graph, steps, (original, proto) = load_with_history(args.model, args.history, args.bind, original=True)
     feeds = _inputs(graph, args.inputs)
-    res = write_package(graph, args.output, args.backend, feeds, steps, parallel=args.parallel, rtol=args.rtol)
+    oracle = original_oracle(original, proto, feeds, steps)
+    res = write_package(graph, args.output, args.backend, feeds, steps, parallel=args.parallel, rtol=args.rtol,
+                        oracle=oracle)
     out = Path(res.path).resolve()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(res.statements.items()))
     print(f"exported {args.model} ({len(steps)} history steps) to {out} [{args.backend}]: "
@@ -89,6 +103,8 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--inputs", metavar="X.npz", help="inputs for the stored check (default: deterministic feeds)")
     p.add_argument("--parallel", action="store_true", help="CPU: run large kernels' outer loops on all threads")
-    p.add_argument("--rtol", type=float, default=1e-4, help="tolerance of the package's --check (default 1e-4)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="override: one tolerance for every output of the package's --check instead of the derived "
+                        "ones (K x onnxruntime's fp32 error against the original model's float64 truth)")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=N", help="bind a symbolic dimension")
     p.set_defaults(func=cmd_export)

@@ -1,5 +1,11 @@
 """``dcstudio replay MODEL HISTORY``: replay a history headless, for CI.
 
+``--check`` compares the replayed graph (reference executor, fp32) with the ORIGINAL
+model through ``codegen.oracle`` (float64 truth, per-output tolerances derived from
+onnxruntime's own fp32 error) and prints the oracle's one-line summary; when the final
+check fails it bisects (checkpoints every ~n/16 steps) and names the first failing step,
+its transformation and anchors. ``--check-each`` checks after every step.
+
 Exit codes: 0 ok; 1 a numeric mismatch (``--check``/``--check-each``), a bytes
 regression against ``--baseline``, or a step whose bytes exceed its recorded
 ``expect.bytes_after``; 2 bad input or a step that cannot be replayed (the
@@ -13,14 +19,12 @@ import json
 import sys
 from pathlib import Path
 
-from codegen.numpy_ref.executor import run
-from codegen.numpy_ref.feeds import compare, feeds_for
+from codegen.oracle import Oracle, stated_tolerance
 from ir.errors import StudioError
-from studio.session import load_graph
 from studio.reports import dump_json, junit_xml, report_json, write_atomic
+from studio.session import load_original
 from transforms.history import check_model, load
-from transforms.registry import create
-from transforms.replay import StepReport, replay
+from transforms.replay import Checkpoints, StepReport, first_failing, replay
 
 
 def parse_tolerance(text: str) -> float:
@@ -29,14 +33,6 @@ def parse_tolerance(text: str) -> float:
         return float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         raise StudioError(f"--tolerance expects a number or a percentage like 5%, got {text!r}") from None
-
-
-def _tolerance(name: str, params: dict) -> float:
-    """The stated output tolerance of a step's transformation (lossy ones, e.g. mixed_precision)."""
-    try:
-        return create(name, params).tolerance
-    except StudioError:
-        return 0.0          # the replay itself reports the unknown transformation
 
 
 def _baseline_bytes(path: str) -> int:
@@ -76,37 +72,68 @@ class _Progress:
 def cmd_replay(args: argparse.Namespace) -> int:
     from studio.cli import parse_bindings
     hist = load(args.history)
-    graph = load_graph(args.model, bindings={**hist.bindings, **parse_bindings(args.bind)},
-                       optimizer=args.optimizer, training=hist.training)
+    graph, proto = load_original(args.model, bindings={**hist.bindings, **parse_bindings(args.bind)},
+                                 optimizer=args.optimizer, training=hist.training)
     check_model(hist, graph.meta["sha256"], Path(args.model).name, path=args.history)
     tolerance = parse_tolerance(args.tolerance)
     baseline = _baseline_bytes(args.baseline) if args.baseline else None
-    feeds = feeds_for(graph) if args.check or args.check_each else None
-    rtol = max([args.rtol] + [_tolerance(s.transformation, s.params) for s in hist.steps])
-    reference = run(graph, feeds) if feeds is not None else None
+    oracle = _oracle(graph, proto, hist, args) if args.check or args.check_each else None
+    checkpoints = Checkpoints(graph, hist) if args.check and not args.check_each else None
     failures: dict[int, str] = {}
+    checked = {}
 
     def on_step(rep: StepReport) -> None:
         progress.step(rep)
         if rep.expected_bytes is not None and rep.bytes > rep.expected_bytes:
             failures[rep.step] = (f"bytes regressed: {rep.bytes} > recorded {rep.expected_bytes}")
+        if checkpoints is not None:
+            checkpoints.record(rep.step, graph)
         if args.check_each:
-            bad = compare(reference, run(graph, feeds), rtol)
-            if bad:
-                failures[rep.step] = "numeric mismatch: " + "; ".join(bad[:3])
+            checked["last"] = oracle.run_and_check(graph)
+            if not checked["last"].ok:
+                failures[rep.step] = _mismatch_text(rep, checked["last"], "numeric mismatch")
 
     with _Progress(len(hist.steps), args.quiet) as progress:
         reports = replay(graph, hist, on_step=on_step, path=args.history)
-    if args.check and not args.check_each:
-        bad = compare(reference, run(graph, feeds), rtol)
-        if bad:
-            failures[reports[-1].step] = "numeric mismatch: " + "; ".join(bad[:3])
+    if checkpoints is not None:
+        checked["last"] = oracle.run_and_check(graph)
+        if not checked["last"].ok:
+            _bisect(oracle, checkpoints, reports, checked["last"], failures)
     if baseline is not None and reports[-1].bytes > baseline * (1 + tolerance):
         failures[reports[-1].step] = (f"bytes {reports[-1].bytes} exceed the baseline {baseline} by more than "
                                       f"{tolerance:.1%}")
     _write_reports(args, reports, failures)
     _print_summary(args, reports, failures)
+    if "last" in checked and not any("mismatch" in v for v in failures.values()):
+        sys.stdout.write(f"check: {checked['last'].summary}\n")
     return 1 if failures else 0
+
+
+def _bisect(oracle: Oracle, checkpoints: Checkpoints, reports: list[StepReport], final, failures) -> None:
+    """Name the first step after which the check fails (bisection over the checkpoints)."""
+    last = reports[-1].step
+    failures[last] = "numeric mismatch: " + final.summary
+    first = oracle.run_and_check(checkpoints.graph_after(0))
+    if not first.ok:
+        failures[0] = ("numeric mismatch before any step: the imported graph (reference executor) differs "
+                       "from the original model: " + first.summary)
+        return
+    k = first_failing(0, last, lambda j: not oracle.run_and_check(checkpoints.graph_after(j)).ok)
+    text = _mismatch_text(reports[k], oracle.run_and_check(checkpoints.graph_after(k)))
+    failures[k] = failures[k] + "; " + text if k in failures else text
+
+
+def _oracle(graph, proto, hist, args) -> Oracle:
+    """The original model's oracle, widened by the history's stated tolerances (or ``--rtol``)."""
+    oracle = Oracle.of(graph, proto).widened_to(stated_tolerance(hist.steps))
+    return oracle.with_tolerance(args.rtol) if args.rtol is not None else oracle
+
+
+def _mismatch_text(rep: StepReport, result, what: str = "first mismatch") -> str:
+    anchors = ", ".join(rep.anchors) if rep.anchors else "no anchors"
+    worst = "; ".join(str(m) for m in result.mismatches[:3])
+    return f"{what} after step {rep.step} ({rep.transformation}, {anchors}): {worst}"
+
 
 
 def _write_reports(args, reports, failures) -> None:
@@ -136,9 +163,13 @@ def add_parser(sub) -> None:
     p = sub.add_parser("replay", help="replay a history file headless (for CI)")
     p.add_argument("model", help="the ONNX model the history was recorded on")
     p.add_argument("history", help="a dcstudio-history JSON file")
-    p.add_argument("--check", action="store_true", help="run the reference executor before and after; compare")
-    p.add_argument("--check-each", action="store_true", help="compare outputs after every step")
-    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --check (default 1e-4, or the loosest stated tolerance of the history's transformations)")
+    p.add_argument("--check", action="store_true",
+                   help="compare the replayed graph with the original model (codegen.oracle); on a mismatch, "
+                        "bisect to the first failing step")
+    p.add_argument("--check-each", action="store_true", help="compare with the original model after every step")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="override: one tolerance (relative to each output's scale) for every output instead of "
+                        "the derived ones (K x onnxruntime's fp32 error vs the float64 truth)")
     p.add_argument("--json", metavar="REPORT", help="write a per-step JSON report")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one test case per step)")
     p.add_argument("--baseline", metavar="B.json", help="a previous --json report; fail when bytes regress")

@@ -8,7 +8,8 @@ after an undo drops the redo tail. Observers are plain callables
 ``reverted``. After every change the history is autosaved (atomically) beside the
 model, or in the user's data dir when the model's folder is read-only, so a crash
 loses nothing; ``Session.autosave_for(model)`` finds it and ``restore`` replays it.
-No Qt here: the GUI's QUndoCommands call these methods.
+``validate()`` compares the current graph with the original model (``codegen.oracle``,
+built once per session). No Qt here: the GUI's QUndoCommands call these methods.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ir.graph import Graph
 from ir.memory import peak_bytes
 from ir.movement import Ledger, lower_bound
 from ir.onnx_import import import_model
+from ir.onnx_load import read_model
 from ir.serialize import graph_hash
 from transforms import engine
 from transforms.base import Application
@@ -66,13 +68,22 @@ def load_graph(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | N
     (``transforms.autodiff``). The graph's sha256 is always the file's, so histories match it."""
     if not training:
         return import_model(model_path, bindings=bindings, optimizer=optimizer)
+    return load_original(model_path, bindings=bindings, optimizer=optimizer, training=training)[0]
+
+
+def load_original(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
+                  optimizer: str | None = None, training: Mapping[str, Any] | None = None):
+    """``(graph, proto)``: the imported graph (as ``load_graph``) and the ONNX model it came from —
+    the file's, or the standard-ONNX training step generated from it — for ``codegen.oracle``."""
+    if not training:
+        return import_model(model_path, bindings=bindings, optimizer=optimizer), read_model(model_path)
     from ir.onnx_import import import_proto
-    from ir.onnx_load import file_sha256, read_model
+    from ir.onnx_load import file_sha256
     from transforms.autodiff import build_training_graph
     proto = build_training_graph(read_model(model_path), **dict(training))
     graph = import_proto(proto, path=str(model_path), bindings=bindings, name=Path(model_path).stem + "-train")
     graph.meta.update(source=str(model_path), sha256=file_sha256(model_path), training="generated")
-    return graph
+    return graph, proto
 
 
 def data_dir() -> Path:
@@ -95,6 +106,7 @@ class Session:
         self._observers: list[Observer] = []
         self.autosave_enabled = autosave and model_path is not None
         self.original_hash = graph_hash(graph)
+        self._oracle = None           # the original model's oracle, built on the first validate()
 
     # --- opening ----------------------------------------------------------------------
     @classmethod
@@ -277,10 +289,44 @@ class Session:
         """Write the current graph as a standalone package (``dcstudio export``); returns the
         ``ExportResult``. Check it with ``python -m <package> --check`` in its parent folder."""
         from codegen.numpy_ref.feeds import feeds_for
+        from codegen.oracle import stated_tolerance
         from studio.export_cmd import write_package
         feeds = feeds_for(self.graph)
         feeds.update(inputs or {})
-        return write_package(self.graph, out_dir, backend, feeds, self._steps[: self._cursor], parallel=parallel)
+        steps = self._steps[: self._cursor]
+        oracle = self.oracle() if not inputs else self._new_oracle(feeds)
+        return write_package(self.graph, out_dir, backend, feeds, steps, parallel=parallel,
+                             oracle=oracle.widened_to(stated_tolerance(steps)))
+
+    # --- checking against the original model ------------------------------------------
+    def oracle(self):
+        """The ``codegen.oracle.Oracle`` of the original model on deterministic feeds (built once:
+        a float64 run, onnxruntime or an fp32 reference run)."""
+        if self._oracle is None:
+            from codegen.numpy_ref.feeds import feeds_for
+            self._oracle = self._new_oracle(feeds_for(self.graph_at(0)))
+        return self._oracle
+
+    def _new_oracle(self, feeds):
+        from codegen.oracle import Oracle
+        return Oracle.of(self.graph_at(0), self._original_proto(), feeds)
+
+    def _original_proto(self):
+        """The ONNX model the session's graph was imported from (None when opened from a graph)."""
+        if self.model_path is None:
+            return None
+        if self.training:
+            from transforms.autodiff import build_training_graph
+            return build_training_graph(read_model(self.model_path), **dict(self.training))
+        return read_model(self.model_path)
+
+    def validate(self, graph: Graph | None = None):
+        """Compare the current graph (or ``graph``) run by the reference executor with the original
+        model: a ``codegen.oracle.CheckResult`` (ok, one-line summary, mismatches). Headless."""
+        from codegen.oracle import stated_tolerance
+        steps = self._steps[: self._cursor]
+        oracle = self.oracle().widened_to(stated_tolerance(steps))
+        return oracle.run_and_check(self.graph if graph is None else graph)
 
     # --- history files ----------------------------------------------------------------
     def save_history(self, path: str | os.PathLike) -> None:

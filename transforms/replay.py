@@ -6,7 +6,8 @@ memory, graph hash, and whether ``expect.bytes_after`` held). The first step
 that cannot be applied — unknown transformation, bad parameters, a stale anchor
 (no such node) or a failed check — raises ``ReplayError`` naming the step number,
 the transformation and the reason. The graph is left as it was after the last
-good step.
+good step. ``Checkpoints`` keeps clones every ~n/16 steps and ``first_failing`` bisects,
+so a failing final check can name the first bad step (``dcstudio replay --check``).
 """
 from __future__ import annotations
 
@@ -106,3 +107,38 @@ def replay(graph: Graph, history: History, *, on_step: Callable[[StepReport], No
         if on_step is not None:
             on_step(rep)
     return reports
+
+
+class Checkpoints:
+    """Clones of a replayed graph every ``stride`` steps (about n/16), so that the graph after any
+    step can be rebuilt by re-applying at most ``stride - 1`` steps (bisection of a failing check).
+    ``record(step, graph)`` from the replay's ``on_step``; clones share arrays, so they are cheap."""
+
+    def __init__(self, graph: Graph, history: History, *, parts: int = 16) -> None:
+        self.history = history
+        self.stride = max(1, -(-len(history.steps) // parts))
+        self.saved: dict[int, Graph] = {0: graph.clone()}
+
+    def record(self, step: int, graph: Graph) -> None:
+        if step % self.stride == 0:
+            self.saved[step] = graph.clone()
+
+    def graph_after(self, k: int) -> Graph:
+        """A fresh graph as it was after step ``k`` (0 = as imported)."""
+        start = max(s for s in self.saved if s <= k)
+        graph = self.saved[start].clone()
+        for number in range(start + 1, k + 1):
+            apply_step(graph, self.history.steps[number - 1], number, backup=False)
+        return graph
+
+
+def first_failing(good: int, bad: int, fails: Callable[[int], bool]) -> int:
+    """The smallest step in (``good``, ``bad``] for which ``fails`` holds, by bisection, given that
+    it does not hold at ``good`` and holds at ``bad`` (a mismatch is assumed to persist)."""
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if fails(mid):
+            bad = mid
+        else:
+            good = mid
+    return bad

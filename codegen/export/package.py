@@ -12,12 +12,14 @@ Layout of ``DIR`` (its name is the package name, so ``cd parent && python -m DIR
     DIR/_lib.py         BLAS calls and buffers (a copy of ``codegen/numba_cpu/library.py``)
     DIR/_ref/           NumPy reference kernels for the ops without a kernel (``vendor``)
     DIR/weights.npz     initializers, folded constants, default inputs (parameters, optimizer state)
-    DIR/check.npz       inputs ``in_<k>`` and reference outputs ``out_<k>`` (k = position in INPUTS /
-                        OUTPUTS) with per-output comparison scales ``scale_<k>``
+    DIR/check.npz       inputs ``in_<k>``, the ORIGINAL model's outputs ``out_<k>`` (float64 truth,
+                        k = position in INPUTS / OUTPUTS) with per-output comparison scales
+                        ``scale_<k>`` and tolerances ``tol_<k>``, and ``about`` (what they are)
 
 The header of ``model.py`` names the source model and its sha256, every history step and
-the generator version. Reference outputs come from the reference executor on the graph as
-given (before lowering), at export time. Nothing from the model reaches the code except
+the generator version. Reference outputs and tolerances come from ``codegen.oracle`` on the
+original model (``export_package(oracle=…)``), so an export of a wrongly transformed graph
+fails its own ``--check``. Nothing from the model reaches the code except
 through ``codegen.export.namespace`` (identifiers, ASCII string literals, comments).
 """
 from __future__ import annotations
@@ -36,14 +38,13 @@ from codegen.numba_cpu.kernel_cache import kernel_module
 from codegen.numba_cpu.module import module_text
 from codegen.numba_cpu.loopnest import KernelSource
 from codegen.numba_cpu.program import Program, build_program
-from codegen.numpy_ref.executor import run as run_reference
 from codegen.numpy_ref.registry import lookup
+from codegen.oracle import Oracle, comparison_scales
 from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
 
 GENERATOR = "dcstudio codegen.export 1"
-DEFAULT_RTOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -159,19 +160,6 @@ def _check_exportable(prog: Program, vendored: set[str]) -> None:
         raise ExportError(f"{len(problems)} node(s) cannot run without dcstudio: {shown}")
 
 
-GROUPED_ROLES = (Role.GRADIENT, Role.OPTIMIZER_STATE, Role.PARAMETER)
-
-
-def comparison_scales(graph: Graph, outputs: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """The magnitude each output's error is measured against: its own max |value|, except that
-    gradients, optimizer state and parameters use the largest of their kind — a gradient that is
-    zero in exact arithmetic (a key bias's, under softmax) is float noise, not a value to match."""
-    mags = {n: float(np.abs(np.asarray(v, np.float64)).max(initial=0.0)) for n, v in outputs.items()}
-    role = {n: graph.containers[n].role for n in outputs}
-    group = {r: max((mags[n] for n in outputs if role[n] is r), default=0.0) for r in GROUPED_ROLES}
-    return {n: max(group[role[n]] if role[n] in group else mags[n], 1e-30) for n in outputs}
-
-
 def mismatches(graph: Graph, want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float) -> list[str]:
     """Outputs whose max error exceeds ``rtol`` × their ``comparison_scales`` (names + error)."""
     scales = comparison_scales(graph, want)
@@ -187,23 +175,35 @@ def mismatches(graph: Graph, want: Mapping[str, np.ndarray], got: Mapping[str, n
     return bad
 
 
-def check_data(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``check.npz`` contents: inputs, reference outputs and their scales, by position."""
-    ref = run_reference(graph, inputs)
+def check_data(graph: Graph, inputs: Mapping[str, np.ndarray], oracle: Oracle) -> dict[str, np.ndarray]:
+    """``check.npz`` contents, by position: inputs ``in_k``; for each output the original model's
+    truth ``out_k`` (float64), its comparison scale ``scale_k`` and tolerance ``tol_k`` (0: exact);
+    ``about``: what the references are (the oracle's basis and notes)."""
     data = {f"in_{k}": np.asarray(inputs[n]) for k, n in enumerate(graph.inputs) if n in inputs}
-    scales = comparison_scales(graph, ref)
     for k, n in enumerate(graph.outputs):
-        data[f"out_{k}"] = np.asarray(ref[n])
-        data[f"scale_{k}"] = np.asarray(scales[n], np.float64)
+        if n in oracle.truth:
+            data[f"out_{k}"], scale, tol = oracle.truth[n], oracle.scales[n], oracle.tolerances[n]
+        elif n in oracle.exact:
+            data[f"out_{k}"], scale, tol = oracle.exact[n], 1.0, 0.0
+        else:
+            raise ExportError(f"output '{n}' is not an output of the original model, so the package's --check "
+                              "has nothing to compare it with; export a graph with the original's outputs")
+        data[f"scale_{k}"] = np.asarray(scale, np.float64)
+        data[f"tol_{k}"] = np.asarray(tol, np.float64)
+    notes = "; ".join(oracle.notes)
+    data["about"] = np.asarray(f"the original model's outputs ({oracle.basis}{'; ' + notes if notes else ''})")
     return data
 
 
 def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np.ndarray], history: Sequence = (),
-                   version: str = "0", parallel: bool = False, rtol: float = DEFAULT_RTOL,
-                   defaults: Sequence[str] | None = None, backend: Backend = CPU) -> ExportResult:
+                   version: str = "0", parallel: bool = False, rtol: float | None = None,
+                   defaults: Sequence[str] | None = None, backend: Backend = CPU,
+                   oracle: Oracle | None = None) -> ExportResult:
     """Write the package (see the module docstring). ``inputs`` feed the stored check; the
     inputs named in ``defaults`` (default: parameters and optimizer state) become the
-    model's default values in ``weights.npz``."""
+    model's default values in ``weights.npz``. ``oracle`` is the ORIGINAL model's, built on
+    ``inputs`` (``Oracle.of(original_graph, proto, inputs)``); without one the graph as given
+    stands for the original. ``rtol`` replaces every derived tolerance (an override)."""
     out = Path(out_dir)
     name = package_name(out)
     check_replaceable(out)
@@ -213,7 +213,8 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
     vendored = set(vendor.write_reference(tmp / "_ref"))
     try:
         _check_exportable(prog, vendored)
-        _write(prog, graph, tmp, inputs, history, version, rtol, defaults, backend)
+        oracle = _oracle(graph, inputs, oracle, rtol)
+        _write(prog, graph, tmp, inputs, history, version, oracle, defaults, backend)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -226,6 +227,13 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
     return ExportResult(out, name, len(prog.kernels), kinds, files)
 
 
+def _oracle(graph: Graph, inputs, oracle: Oracle | None, rtol: float | None) -> Oracle:
+    if oracle is None:
+        oracle = Oracle.of(graph, None, inputs)
+        oracle.notes.append("the exported graph stands for the original (no original model was given)")
+    return oracle.with_tolerance(rtol) if rtol is not None else oracle
+
+
 def _write_kernels(prog: Program, kdir: Path, backend: Backend) -> None:
     """``kernels/``: one module per kernel (CPU: byte-identical to dcstudio's kernel cache)."""
     kdir.mkdir()
@@ -235,7 +243,7 @@ def _write_kernels(prog: Program, kdir: Path, backend: Backend) -> None:
     (kdir / "__init__.py").write_text(backend.kernels_init(names), encoding="utf-8")
 
 
-def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str, rtol: float, defaults,
+def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str, oracle: Oracle, defaults,
            backend: Backend) -> None:
     doc = (f"One training step of {graph.name!a}, generated by dcstudio: a standalone module "
            f"({backend.requires}).")
@@ -250,14 +258,15 @@ def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str
     (tmp / "_lib.py").write_text(backend.library.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp / "__init__.py").write_text(f'"""{doc}"""\nfrom .model import INPUTS, OUTPUTS, Model  # noqa: F401\n',
                                      encoding="utf-8")
-    (tmp / "__main__.py").write_text(MAIN.replace("@RTOL@", literal(float(rtol))), encoding="utf-8")
+    check = check_data(graph, inputs, oracle)     # before writing anything else: it may refuse
+    (tmp / "__main__.py").write_text(MAIN, encoding="utf-8")
     np.savez(tmp / "weights.npz", **prog.arrays)
-    np.savez(tmp / "check.npz", **check_data(graph, inputs))
+    np.savez(tmp / "check.npz", **check)
 
 
-MAIN = '''"""python -m <package> --check: one step on the stored inputs, compared with the stored
-reference outputs (computed by dcstudio's reference executor at export time).
---time N also times N steps after one warm-up step."""
+MAIN = '''"""python -m <package> --check: one step on the stored inputs, compared with the ORIGINAL
+model's outputs (float64, computed by dcstudio at export time) within per-output tolerances
+derived from onnxruntime's own fp32 error. --time N also times N steps after one warm-up step."""
 import argparse
 import os
 import sys
@@ -267,25 +276,34 @@ import numpy as np
 
 from .model import INPUTS, OUTPUTS, Model
 
-RTOL = @RTOL@
-
 
 def _inputs(data):
     return {name: data[f"in_{k}"] for k, name in enumerate(INPUTS) if f"in_{k}" in data}
 
 
-def check(model, data, rtol):
+def _error(got, ref, scale):
+    if got.shape != ref.shape:
+        return float("inf")
+    diff = np.where((got == ref) | (np.isnan(got) & np.isnan(ref)), 0.0, np.abs(got - ref))
+    return float("inf") if np.isnan(diff).any() else float(diff.max(initial=0.0)) / scale
+
+
+def check(model, data, rtol=None):
     out = model.step(**_inputs(data))
+    print(f"compared with {data['about']}")
     failures = 0
     for k, name in enumerate(OUTPUTS):
         ref = data[f"out_{k}"].astype(np.float64)
         got = out[name].get() if hasattr(out[name], "get") else out[name]   # a device array comes home
         got = np.asarray(got, np.float64)
-        scale = float(data[f"scale_{k}"])
-        err = float(np.abs(got - ref).max(initial=0.0)) / scale if got.shape == ref.shape else float("inf")
-        ok = err <= rtol
+        tol = float(data[f"tol_{k}"]) if rtol is None else rtol
+        if float(data[f"tol_{k}"]) == 0.0:
+            ok, text = got.shape == ref.shape and np.array_equal(got, ref), "exact"
+        else:
+            err = _error(got, ref, float(data[f"scale_{k}"]))
+            ok, text = err <= tol, f"error {err:.3g} (tolerance {tol:.3g})"
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name!a}: relative error {err:.3g} (rtol {rtol:g})")
+        print(f"{'ok  ' if ok else 'FAIL'} {name!a}: {text}")
     print(f"{len(OUTPUTS) - failures}/{len(OUTPUTS)} outputs match")
     return failures == 0
 
@@ -293,7 +311,8 @@ def check(model, data, rtol):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__)
     parser.add_argument("--check", action="store_true", help="compare one step with the stored references")
-    parser.add_argument("--rtol", type=float, default=RTOL, help=f"relative tolerance (default {RTOL:g})")
+    parser.add_argument("--rtol", type=float, default=None,
+                        help="override: one tolerance for every output instead of the stored ones")
     parser.add_argument("--time", type=int, default=0, metavar="N", help="time N steps (after a warm-up step)")
     args = parser.parse_args(argv)
     with np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "check.npz")) as f:

@@ -80,6 +80,12 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _acc(x: np.ndarray) -> np.ndarray:
+    """Floats accumulate in float64 in the convolutions: their sums run over C·k·k (thousands)."""
+    x = np.asarray(x)
+    return x.astype(np.float64) if x.dtype.kind in "fV" else x
+
+
 @kernel("MatMul")
 def matmul(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
     a, b = np.asarray(inputs[0]), np.asarray(inputs[1])
@@ -131,7 +137,7 @@ def conv_nd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str,
     m = w.shape[0]
     cols = cols.reshape(n, g, (c // g) * int(np.prod(kshape)), -1)
     wg = w.reshape(g, m // g, -1)
-    y = np.einsum("gmk,ngkp->ngmp", wg, cols, optimize=True).reshape([n, m] + out)
+    y = np.einsum("gmk,ngkp->ngmp", _acc(wg), _acc(cols), optimize=True).reshape([n, m] + out)
     if b is not None:
         y = y + b.reshape([1, m] + [1] * len(out))
     return y.astype(x.dtype)
@@ -147,12 +153,12 @@ def conv_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[
     g, m = attrs.get("group", 1), w.shape[0]
     xp = np.pad(x, [(0, 0), (0, 0)] + [(max(a, 0), max(e, 0) + s) for a, e, s in zip(pb, pe, strides)])
     wg = w.reshape((g, m // g, c // g) + kshape)
-    y = np.zeros((n, g, m // g) + tuple(out), dtype=np.result_type(x, w))
+    y = np.zeros((n, g, m // g) + tuple(out), dtype=np.result_type(_acc(x[:0]), _acc(w[:0])))
     for offs in itertools.product(*(range(k) for k in kshape)):
         window = tuple(slice(o * d, o * d + (size - 1) * st + 1, st)
                        for o, d, size, st in zip(offs, dil, out, strides))
         xs = xp[(slice(None), slice(None)) + window].reshape((n, g, c // g) + tuple(out))
-        y += np.einsum("gmc,ngc...->ngm...", wg[(Ellipsis,) + offs], xs)
+        y += np.einsum("gmc,ngc...->ngm...", _acc(wg[(Ellipsis,) + offs]), _acc(xs))
     y = y.reshape((n, m) + tuple(out))
     if b is not None:
         y = y + b.reshape([1, m] + [1] * len(out))
@@ -200,8 +206,8 @@ def conv_transpose(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> lis
     full = [strides[i] * (x.shape[2 + i] - 1) + (kshape[i] - 1) * dil[i] + 1 for i in range(nd)]
     size = [max(full[i], pb[i] + oshape[i]) for i in range(nd)]
     acc = np.zeros([n, g * mg] + size, dtype=np.float64)
-    xg = x.reshape((n, g, c // g) + x.shape[2:])
-    wg = w.reshape((g, c // g, mg) + kshape)
+    xg = _acc(x).reshape((n, g, c // g) + x.shape[2:])
+    wg = _acc(w).reshape((g, c // g, mg) + kshape)
     for offs in itertools.product(*(range(k) for k in kshape)):
         contrib = np.einsum("ngc...,gcm->ngm...", xg, wg[(slice(None),) * 3 + offs])
         idx = tuple(slice(offs[i] * dil[i], offs[i] * dil[i] + strides[i] * (x.shape[2 + i] - 1) + 1,

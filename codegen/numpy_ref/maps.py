@@ -10,8 +10,9 @@ independent (only ``wcr`` outputs combine them).
 Write-conflict resolution: outputs written with ``wcr`` start at the identity
 (0 for sum, -inf for max, …) when their map is entered; the reduction over
 parameters that an output index does not depend on is a ``ufunc.reduce``, or
-``ufunc.at`` for non-trivial index expressions. Locals of a map are stored with
-one leading axis per enclosing parameter.
+``ufunc.at`` for non-trivial index expressions; float sums and products accumulate in
+float64 and round once into the output. Locals of a map are stored with one leading axis
+per enclosing parameter.
 """
 from __future__ import annotations
 
@@ -156,6 +157,8 @@ def _store(arr: np.ndarray, key: tuple, val: np.ndarray, mem: Memlet, scope: _Sc
             arr[...] = val
         return
     ufunc = _UFUNC[mem.wcr]
+    if mem.wcr in ("sum", "prod") and val.dtype.kind in "fV":
+        val = val.astype(np.float64)          # accumulate in float64; the store rounds once
     used = _used_axes(mem, scope, depth)
     if used is not None:
         val = np.broadcast_to(val, full) if val.shape != full else val
@@ -169,6 +172,11 @@ def _store(arr: np.ndarray, key: tuple, val: np.ndarray, mem: Memlet, scope: _Sc
         return
     shape = np.broadcast_shapes(*(np.shape(k) for k in key), full)
     bkey = tuple(np.broadcast_to(k, shape) for k in key)
+    if mem.wcr == "sum" and arr.dtype.kind in "fV" and arr.dtype != np.float64:
+        acc = np.zeros(arr.shape, np.float64)
+        np.add.at(acc, bkey, np.broadcast_to(val, shape))
+        arr[...] = arr.astype(np.float64) + acc
+        return
     ufunc.at(arr, bkey, np.broadcast_to(val, shape))
 
 

@@ -1,15 +1,17 @@
 """Exported CPU packages against real references: every fixture training graph, as imported and after a
 representative history (every op expanded, then ``map_fusion`` to a fixpoint).
 
-For each graph the package is written by ``codegen.export.package.export_package`` and imported as a
-package; its ``Model.step`` must reproduce the reference executor and the fixture's own references
-(loss, gradients, the AdamW update) at the peer tests' tolerances. Kernels compile once per machine
+For each graph the package is written by ``codegen.export.package.export_package`` with the oracle of
+the original (imported) model and imported as a package; its ``Model.step`` must reproduce the
+reference executor and the fixture's own references (loss, gradients, the AdamW update) at the peer
+tests' tolerances, and its own ``--check`` (the original's float64 truth, derived tolerances) must pass. Kernels compile once per machine
 (content-addressed cache), so the sweep stays fast after the first run. The fresh-venv run of
 ``python -m <package> --check`` is in ``tests/unit/codegen/test_export_fresh_venv.py``.
 """
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -22,9 +24,11 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 from codegen.export.package import export_package, mismatches  # noqa: E402
 from codegen.numba_cpu import kernel_cache  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
+from codegen.oracle import Oracle  # noqa: E402
 from ir import lowering  # noqa: E402
 from ir.containers import Role  # noqa: E402
 from ir.onnx_import import import_model  # noqa: E402
+from ir.onnx_load import read_model  # noqa: E402
 from ir.verify import verify  # noqa: E402
 from tests.peer.fixture_feeds import BATCHNORM, ORT_MODELS, assert_close, ort_feeds  # noqa: E402
 from transforms.registry import create  # noqa: E402
@@ -71,6 +75,20 @@ def fixture_graph(fixtures_dir: Path, case: str, fused: bool):
     return graph, feeds, ref, batchnorm, steps
 
 
+@functools.lru_cache(maxsize=None)
+def fixture_oracle(fixtures_dir: Path, case: str):
+    """The oracle of the case's original model on the case's feeds (built once per process)."""
+    graph, feeds, _, _, _ = fixture_graph(fixtures_dir, case, False)
+    return Oracle.of(graph, read_model(_path(fixtures_dir, case)), feeds)
+
+
+def _path(fixtures_dir: Path, case: str) -> Path:
+    kind, *rest = case.split("/")
+    if kind == "ort":
+        return fixtures_dir / "ort_artifacts" / ORT_MODELS[rest[0]] / f"{rest[1]}.onnx"
+    return fixtures_dir / "joint_standard" / f"{rest[0]}.onnx"
+
+
 def _case(fixtures_dir: Path, case: str):
     kind, *rest = case.split("/")
     if kind == "ort":
@@ -115,9 +133,13 @@ def test_exported_step_matches_reference_and_fixture(fixtures_dir, tmp_path, cas
     graph, feeds, ref, batchnorm, steps = fixture_graph(fixtures_dir, case, fused)
     want = reference(graph, feeds)
     pkg = tmp_path / ("p_" + case.replace("/", "_") + ("_fused" if fused else ""))
-    res = export_package(graph, pkg, inputs=feeds)
+    res = export_package(graph, pkg, inputs=feeds, oracle=fixture_oracle(fixtures_dir, case))
     assert res.kernels > 0
-    out = load_package(pkg).Model().step(**feeds)
+    package = load_package(pkg)
+    out = package.Model().step(**feeds)
+    with np.load(pkg / "check.npz") as f:
+        stored = {k: f[k] for k in f.files}
+    assert importlib.import_module(f"{pkg.name}.__main__").check(package.Model(), stored)
     assert mismatches(graph, want, out, 2e-3 if batchnorm else 1e-4) == []
     _check_fixture_references(graph, out, ref, 2e-2 if batchnorm else 1e-4)
     assert steps > 0 or not fused or "gradient_model" in case

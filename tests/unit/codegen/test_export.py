@@ -180,3 +180,24 @@ def test_recycled_outputs_feed_the_next_step(tmp_path, fixtures_dir):
         firsts.append(got[g.outputs[0]])
         state.update({old: np.array(want[new]) for new, old in mod.model.UPDATES})
     assert len(mod.model.UPDATES) == 3 * 4 and firsts[0] != firsts[2]
+
+
+def test_an_export_of_a_corrupted_graph_fails_its_check_against_the_original(tmp_path):
+    """The stored references are the ORIGINAL model's: a graph whose Gemm drifted by 1e-3 exports,
+    but its ``--check`` fails (it used to compare with the transformed graph and pass)."""
+    from codegen.oracle import Oracle
+    from tests.unit.ir.onnx_models import mlp as mlp_proto
+    proto = mlp_proto(batch=4)
+    original = import_proto(proto)
+    bad = original.clone()
+    bad.nodes["fc1"].attrs["alpha"] = 1.001
+    feeds = feeds_for(original)
+    oracle = Oracle.of(original, proto, feeds)
+    run = lambda pkg: subprocess.run([sys.executable, "-m", pkg, "--check"], cwd=tmp_path,  # noqa: E731
+                                     capture_output=True, text=True, timeout=300)
+    export_package(original, tmp_path / "pkg_good", inputs=feeds, oracle=oracle)
+    export_package(bad, tmp_path / "pkg_bad", inputs=feeds, oracle=oracle)
+    good, wrong = run("pkg_good"), run("pkg_bad")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "compared with the original model's outputs (onnxruntime fp32 vs float64 truth)" in good.stdout
+    assert wrong.returncode == 1 and "FAIL 'y': error 0.00" in wrong.stdout, wrong.stdout
