@@ -29,8 +29,8 @@ from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
 from codegen.numba_cpu import rowcache
-from codegen.numba_cpu.loopnest import (Nest, declare_locals, first_wcr, identity_literal, kernel_locals, scope,
-                                        tasklet_line)
+from codegen.numba_cpu.loopnest import (Nest, accumulator_dtype, declare_locals, first_wcr, identity_literal,
+                                        kernel_locals, scope, tasklet_line)
 
 TILE = (32, 256)
 COLUMNS = 256
@@ -138,9 +138,10 @@ def _columns(nest: Nest, m: MapNode) -> None:
     inits = []
     for loc, c in m.locals.items():
         name = nest.new_local()
-        nest.pre.append(f"{name} = np.empty({COLUMNS}, {NP[c.dtype]})")
-        nest.locals[loc] = (f"{name}[qi]", c.dtype)
-        inits.append(f"{name}[:] = {identity_literal(first.get(loc), c.dtype)}")
+        dt = accumulator_dtype(first.get(loc), c.dtype)
+        nest.pre.append(f"{name} = np.empty({COLUMNS}, {NP[dt]})")
+        nest.locals[loc] = (f"{name}[qi]", dt)
+        inits.append(f"{name}[:] = {identity_literal(first.get(loc), dt)}")
     qv = f"p{len(nest.params)}"
     nest.params[q] = qv
     nest.w.line(f"for qb in range(0, {nq}, {COLUMNS}):")

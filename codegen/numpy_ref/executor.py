@@ -9,7 +9,8 @@ node ("While executing …"), chained to the original exception.
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections import ChainMap
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -22,15 +23,25 @@ from ir.graph import Graph
 from ir.nodes import MapNode, OpNode
 
 
+Perturb = Callable[[object, dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
 def run(graph: Graph, feeds: Mapping[str, np.ndarray], *, outputs: Iterable[str] | None = None,
-        check_shapes: bool = True) -> dict[str, np.ndarray]:
-    """Execute ``graph`` on ``feeds``; return the requested outputs (default: graph outputs)."""
+        check_shapes: bool = True, perturb: Perturb | None = None) -> dict[str, np.ndarray]:
+    """Execute ``graph`` on ``feeds``; return the requested outputs (default: graph outputs).
+    ``perturb(node, inputs)`` may return replacement values for some of a kernel's inputs, seen by
+    that kernel only (``codegen.oracle_sim`` simulates an fp32 implementation's rounding with it)."""
     wanted = list(outputs) if outputs is not None else list(graph.outputs)
     env = _initial_env(graph, feeds)
     order = graph.topo_order()
     last_use = _last_uses(order, set(wanted))
     for step, node in enumerate(order):
-        results = _run_node(graph, node, env)
+        view = env
+        if perturb is not None:
+            over = perturb(node, {m.container: env[m.container] for m in node.inputs
+                                  if m is not None and m.container in env})
+            view = ChainMap(over, env) if over else env
+        results = _run_node(graph, node, view)
         if check_shapes:
             _check_results(graph, node, results)
         env.update(results)

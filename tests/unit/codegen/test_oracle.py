@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from codegen.numpy_ref.executor import run as reference
-from codegen.oracle import K, Oracle, error, stated_tolerance, unit_roundoff
+from codegen.oracle import K, K_SIMULATED, Oracle, error, stated_tolerance, unit_roundoff
 from ir.onnx_import import import_model, import_proto
 from tests.unit.ir.onnx_models import model, vi
 from transforms.history import Step
@@ -79,7 +79,7 @@ def test_random_draws_leave_onnxruntime_out_and_say_why():
     proto = model(nodes, [vi("x", [4, 6])], [vi("y", [4, 6])])
     g = import_proto(proto)
     o = Oracle.of(g, proto)
-    assert o.basis == "reference executor fp32 vs float64 truth"
+    assert o.basis == "reference executor fp32 and simulated fp32 rounding vs float64 truth"
     assert "draws random numbers (1 node(s), e.g. RandomUniformLike 'draw')" in o.notes[0]
     result = o.run_and_check(g)
     assert result.ok and "onnxruntime left out" in result.summary
@@ -90,7 +90,7 @@ def test_training_artifacts_fall_back_to_the_reference_executor(fixtures_dir):
     from ir.onnx_load import read_model
     g = import_model(path)
     o = Oracle.of(g, read_model(path))
-    assert o.basis == "reference executor fp32 vs float64 truth"
+    assert o.basis == "reference executor fp32 and simulated fp32 rounding vs float64 truth"
     assert "onnxruntime cannot load the model (com.microsoft:SoftmaxCrossEntropyLossGrad(-1) is not a " \
            "registered function/op)" in o.notes[0]
     assert o.run_and_check(g).ok
@@ -122,3 +122,27 @@ def test_unbound_symbolic_dimensions_are_a_clear_error():
         Oracle.of(import_proto(mlp()), mlp())
     g = import_proto(mlp(), bindings={"batch": 3})
     assert Oracle.of(g, mlp()).run_and_check(g).ok
+
+
+def test_without_onnxruntime_a_simulated_fp32_run_sets_the_tolerance():
+    """The reference executor's fp32 run sums in float64, so it is no measure of what an fp32
+    implementation may do with a sum that cancels (over a normalized tensor). With no model
+    for onnxruntime, the simulated fp32 run gives the tolerance: a sequential fp32 sum passes (its
+    error is ~100× the reference's), a 1e-3 error still fails."""
+    n = 8192
+    nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["m"], name="sum", keepdims=0)]
+    proto = model(nodes, [vi("x", [4, n])], [vi("m", [4])], [numpy_helper.from_array(np.array([1]), "axes")])
+    g = import_proto(proto)
+    z = np.random.default_rng(7).standard_normal((4, n))
+    x = (z - z.mean(axis=1, keepdims=True) + 1e-3).astype(np.float32)     # the sum nearly cancels
+    o = Oracle.of(g, None, {"x": x})
+    assert o.basis == "reference executor fp32 and simulated fp32 rounding vs float64 truth"
+    sequential = np.cumsum(x, axis=1, dtype=np.float32)[:, -1]
+    err_seq = error(sequential, o.truth["m"], o.scales["m"])
+    err_ref = error(reference(g, o.feeds)["m"], o.truth["m"], o.scales["m"])
+    assert err_seq > 20 * max(err_ref, U32)           # the reference run alone would have failed it
+    assert o.tolerances["m"] == pytest.approx(K_SIMULATED * o.baseline_errors["m"])
+    assert o.check({"m": sequential}).ok, o.check({"m": sequential}).summary
+    wrong = sequential.copy()
+    wrong[1] += np.float32(1e-3 * o.scales["m"])
+    assert not o.check({"m": wrong}).ok
