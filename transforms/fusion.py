@@ -120,13 +120,14 @@ def fuse_point(graph: Graph, p: MapNode, c: MapNode, container: str, new_id: str
     if set(fixed) != set(c.param_names):
         raise FusionError(f"'{c.id}' reads '{container}' at a point that does not cover its map")
     p_params, p_locals, _ = kernel_names(p)
-    local = _local_for(graph, container, p_locals | set(graph.containers))
-    pmap, lmap = _rename_map(c, set(p_params), p_locals, fixed)
+    taken = p_locals | set(graph.containers)       # one set: the new local and C's renamed locals
+    local = _local_for(graph, container, taken)     # must differ from each other (issue 10)
+    pmap, lmap = _rename_map(c, set(p_params), taken, fixed)
     lmap[container] = local.name
     keep = keeps_global(graph, container, {c.id})
     body_p = copy_body(p.body, {}, {})
     _redirect_write(body_p, w.tasklet.id, container, local.name, keep)
-    body_c = copy_body(c.body, pmap, lmap)
+    body_c = copy_body(c.body, pmap, lmap, _id_prefix(p, c.body, c.id))
     _scalar_reads(body_c, local.name)
     locals_ = {**p.locals, **{lmap[k]: Container(lmap[k], v.shape, v.dtype) for k, v in c.locals.items()},
                local.name: local}

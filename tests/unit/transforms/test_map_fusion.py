@@ -88,3 +88,28 @@ def test_chain_of_three_fuses_to_one_kernel():
     _, g1 = assert_applies(g, t, t.match("a/expanded", "b/expanded"))
     _, g2 = assert_applies(g1, t, t.match("fused:a/expanded", "c/expanded"))
     assert list(g2.nodes) == ["fused:a/expanded"]
+
+
+def _same_local_names():
+    """x → Neg → ``p/Mul`` → Exp → ``q/Mul``; y = ``q/Mul`` + ``p/Mul``: both intermediates end
+    in ``Mul``, so the local made for each is ``_Mul`` (the names a LayerNorm-backward chain and
+    a Pow-backward chain produced in the ViT and GPT-2 training steps)."""
+    nodes = [helper.make_node("Neg", ["x"], ["p/Mul"], name="p"), helper.make_node("Exp", ["p/Mul"], ["q/Mul"], name="q"),
+             helper.make_node("Add", ["q/Mul", "p/Mul"], ["y"], name="r")]
+    g = import_proto(model(nodes, [vi("x", [3, 5])], [vi("y", [3, 5])]))
+    lowering.expand_all(g)
+    return g
+
+
+def test_a_consumer_local_named_like_the_new_local_is_renamed():
+    """Regression (issue 10): fusing P into a consumer that already holds a local ``_Mul`` made a
+    second ``_Mul`` for the shared container, and the two aliased: y became 2·exp(-x), not
+    exp(-x) - x, with no error (``assert_applies`` compares the outputs)."""
+    g = _same_local_names()
+    t = create("map_fusion")
+    _, g1 = assert_applies(g, t, t.match("q/expanded", "r/expanded"))
+    assert "_Mul" in g1.nodes["fused:q/expanded"].locals
+    _, g2 = assert_applies(g1, t, t.match("p/expanded", "fused:q/expanded"))
+    fused = g2.nodes["fused:p/expanded"]
+    assert len(fused.locals) == 2 and "_Mul" in fused.locals
+
