@@ -121,7 +121,7 @@ def _apply_rules(model: ModelProto, known: dict[str, TensorType], opsets: dict[s
     added: dict[str, TensorType] = {}
     for node in model.graph.node:
         outs = [o for o in node.output if o]
-        if all(o in known or o in added for o in outs):
+        if all(_settled(o, known) or o in added for o in outs):
             continue
         dom = "" if node.domain in ("", "ai.onnx") else node.domain
         fn = SHAPE_RULES.get((dom, node.op_type)) or SHAPE_RULES.get(("*", node.op_type))
@@ -133,9 +133,15 @@ def _apply_rules(model: ModelProto, known: dict[str, TensorType], opsets: dict[s
         except (TypeError, IndexError, KeyError):
             continue  # inputs not known yet; try again next round
         for name, t in zip(node.output, res):
-            if name and t is not None and name not in known:
+            if name and t is not None and not _settled(name, known) and not (name in known and _vague(t[1])):
                 added[name] = t
     return added
+
+
+def _settled(name: str, known: dict[str, TensorType]) -> bool:
+    """Known with a definite shape; a graph output declared without one (``UNKNOWN_RANK``) or
+    with unknown dimensions is refined by the rules."""
+    return name in known and not _vague(known[name][1])
 
 
 # --- rules for ops onnx does not know ----------------------------------------------------------
@@ -146,10 +152,10 @@ def _same(k: int):
     return fn
 
 
-for _name, _k in (("ReluGrad", 0), ("SigmoidGrad", 0), ("GeluGrad", 0), ("FastGeluGrad", 0),
+for _name, _k in (("ReluGrad", 0), ("SigmoidGrad", 0), ("TanhGrad", 0), ("GeluGrad", 0), ("FastGeluGrad", 0),
                   ("QuickGeluGrad", 0), ("Gelu", 0), ("FastGelu", 0), ("QuickGelu", 0),
                   ("Scale", 0), ("SoftmaxGrad_13", 0), ("SoftmaxGrad", 0), ("LogSoftmaxGrad_13", 0),
-                  ("DropoutGrad", 0), ("BiasGelu", 0), ("BiasGeluGrad_dX", 0)):
+                  ("LogSoftmaxGrad", 0), ("DropoutGrad", 0), ("BiasGelu", 0), ("BiasGeluGrad_dX", 0)):
     rule(_name)(_same(_k))
 
 
@@ -171,6 +177,11 @@ def _layernorm(ins, attrs, opset):
 @rule("LayerNormalizationGrad")
 def _layernorm_grad(ins, attrs, opset):
     return [ins[1], ins[2], ins[2]]
+
+
+@rule("SimplifiedLayerNormalizationGrad")
+def _simplified_layernorm_grad(ins, attrs, opset):
+    return [ins[1], ins[2]]       # (dY, X, scale, inv_std_dev) -> (dX, dscale)
 
 
 @rule("BatchNormInternal")

@@ -77,3 +77,32 @@ def test_data_dependent_shape_is_reported_when_counting():
     from ir.movement import report
     with pytest.raises(ShapeError, match="'y' is data-dependent"):
         report(g)
+
+
+def test_training_op_outputs_declared_without_a_shape_get_their_rule_shapes():
+    """Regression (issue 10, random graphs): a graph output produced by an op onnx does not know
+    (``ai.dcstudio::SGD``, com.microsoft grads), declared with a type but no shape, stayed of
+    unknown rank ('...'): the shape rules never ran for it, and memory planning and
+    ``recompute`` then failed with ``KeyError: '...'``."""
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    nodes = [helper.make_node("ReduceSum", ["dy", "axes"], ["w_grad"], name="grad", keepdims=0),
+             helper.make_node("SGD", ["lr", "w", "w_grad", "w.m"], ["w.new", "w.m.new"], name="sgd",
+                              domain="ai.dcstudio", momentum=0.9)]
+    m = model(nodes, [vi("dy", [3, 4]), vi("lr", [1]), vi("w", [4]), vi("w.m", [4])],
+              [helper.make_tensor_value_info(n, 1, None) for n in ("w.new", "w.m.new")], [axes])
+    m.opset_import.append(helper.make_opsetid("ai.dcstudio", 1))
+    g = import_proto(m)
+    assert g.containers["w.new"].shape == (4,) and g.containers["w.m.new"].shape == (4,)
+
+
+@pytest.mark.parametrize("op", ["TanhGrad", "LogSoftmaxGrad"])
+def test_elementwise_training_grads_have_shape_rules(op):
+    """Regression (issue 10, random graphs): TanhGrad and LogSoftmaxGrad are claimed and expand,
+    but had no shape rule, so an intermediate they produce could not be imported ("cannot infer
+    the type and shape")."""
+    nodes = [helper.make_node(op, ["dy", "y"], ["dx"], name="g", domain="com.microsoft"),
+             helper.make_node("Neg", ["dx"], ["z"], name="n")]
+    m = model(nodes, [vi("dy", [2, 3]), vi("y", [2, 3])], [vi("z", [2, 3])])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    g = import_proto(m)
+    assert g.containers["dx"].shape == (2, 3)
