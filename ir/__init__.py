@@ -14,6 +14,7 @@ Package map (data flow: ONNX file → ``onnx_load`` → ``ort_training`` → ``s
 - ``movement.py``    Estimate, per-kernel bytes/accesses/FLOPs, compulsory lower bound
 - ``fused_ops.py``   library nodes made by fusions: contractions with an epilogue, grouped contractions
 - ``onnx_*.py``, ``ort_training.py``, ``shape_infer.py``  ONNX import
+- ``constant_values.py``, ``shape_fold.py``  constant values of an ONNX graph; shape subgraphs folded at import
 - ``claimed_ops.py`` the ops the importer claims
 - ``ids.py``         deterministic ids from ONNX names
 - ``serialize.py``   exact JSON round trip and graph hash

@@ -1,7 +1,8 @@
-"""Constant values of a forward graph, folded on demand.
+"""Constant values of an ONNX graph, folded on demand.
 
 Some gradient rules need a value, not just a name: the exponent of ``Pow``, the
-axes of a reduction, a Dropout ratio, Slice bounds. ``ConstantValues.value(name)``
+axes of a reduction, a Dropout ratio, Slice bounds; the importer needs the shape
+computations of legacy exports (``ir.shape_fold``). ``ConstantValues.value(name)``
 returns it when it is fixed: a frozen (non-trainable) initializer, a ``Constant``
 node, ``Shape``/``Size`` of a statically shaped value, or a small (<= 65,536
 elements) result of a cheap op whose inputs are all constant. Foldability is decided

@@ -32,6 +32,7 @@ from ir.nodes import OpNode
 from ir.onnx_attrs import UnsupportedAttribute, attrs_from_onnx
 from ir.onnx_load import file_sha256, opset_map, read_model
 from ir.ort_training import functionalize, has_accumulators
+from ir.shape_fold import infer_folding
 from ir.shape_infer import infer_types
 
 
@@ -77,7 +78,7 @@ def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mappin
     _check_support(work, path)
     _check_defined(work, path)
     _topo_sort(work, path)
-    types = infer_types(work, opsets, path)
+    types, folded = infer_folding(work, opsets, lambda m: infer_types(m, opsets, path))
     g = Graph(name or work.graph.name or (Path(path).stem if path else "graph"))
     g.opsets = opsets
     g.bindings = {k: int(v) for k, v in (bindings or {}).items()}
@@ -86,6 +87,8 @@ def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mappin
     if kind == "forward" and any(g.containers[o].role in trained for o in g.outputs):
         kind = "joint"
     g.meta["kind"] = kind
+    if folded:
+        g.meta["shape_values_folded"] = folded
     _add_nodes(g, work, opsets, path)
     freeze_bound(g)
     return g

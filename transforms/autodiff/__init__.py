@@ -14,7 +14,6 @@ Data flow: ``forward.onnx`` -> ``support.check_supported`` -> ``exporter_repair`
   metadata, legacy names, use pattern), ties and folded broadcasts
 - ``plan.py``: ``ParameterPlan`` (trained / kept constant and why, ``lines()``), ``make_plan``, ``apply_ties``
 - ``forward.py``: opset upgrade, explicit masks/indices/statistics, BatchNorm mode, static types
-- ``constants.py``: ``ConstantValues``, constant inputs folded on demand
 - ``emitter.py``: ``Emitter``, the node/constant/name builder every rule uses
 - ``registry.py``: ``GRADIENTS``, ``@gradient``, ``GradRequest``, ``NoGradientError``
 - ``rules/``: the gradient rules, one file per op family

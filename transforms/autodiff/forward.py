@@ -22,7 +22,7 @@ import numpy as np
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape_inference, version_converter
 
 from ir.errors import ModelImportError, UnsupportedOpError
-from transforms.autodiff.constants import ConstantValues
+from ir.constant_values import ConstantValues
 from transforms.autodiff.emitter import FLOAT_ELEMS, ValueType
 from transforms.autodiff.options import OptionError, TrainingOptions
 from transforms.autodiff.registry import NodeRef

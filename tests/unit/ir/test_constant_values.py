@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from transforms.autodiff.constants import MAX_FOLD_ELEMS, ConstantValues
+from ir.constant_values import MAX_FOLD_ELEMS, ConstantValues
 
 
 def _graph(nodes, inits):

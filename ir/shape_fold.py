@@ -1,0 +1,108 @@
+"""Shape subgraphs folded into constants at import, so legacy exports get static shapes.
+
+The TorchScript exporter writes shapes as computations: position ids as ``Shape → Gather →
+Unsqueeze → Slice``, a channel split as ``Shape → Gather → Div → Slice``, a window
+padding as ``Shape → … → Concat → Pad``. onnx's shape inference (even with data
+propagation) loses track of some of them, and the values they feed (``Slice`` bounds,
+``Pad`` pads, ``Reshape`` targets, ``Expand`` shapes, ``ConstantOfShape`` sizes) then have
+no static shape. Once the graph inputs' shapes are static (or bound), those computations
+are constants: ``fold_shape_inputs(model, types, opsets)`` replaces every integer input
+of a node whose outputs are not fully known by its value (``ir.constant_values``: Shape
+and Size of static tensors, small integer arithmetic, evaluated one node at a time with
+``onnx.reference``; nothing from the model is evaluated as code) and removes the shape
+nodes nothing reads any more. Only values that depend on nothing but static shapes and
+non-overridable initializers are folded, so equal-valued parameters are never merged
+(onnxsim's constant merging would tie them) and the graph computes what it did.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import ModelProto, TensorProto, numpy_helper
+
+from ir import dtypes
+from ir.constant_values import FOLDABLE, ConstantValues
+
+INTEGER = {TensorProto.INT64, TensorProto.INT32}
+_SHAPE_OPS = FOLDABLE | {"Shape", "Size", "Constant"}
+
+
+def _onnx_types(types: dict[str, tuple]) -> dict[str, tuple]:
+    """``shape_infer`` types (dtype name, dims with '?'/symbols) as ``(onnx elem type, shape | None)``."""
+    out = {}
+    for name, (dt, shape) in types.items():
+        static = all(isinstance(d, int) for d in shape)
+        code = dtypes.NAME_TO_ONNX.get(dt)
+        if code is not None:
+            out[name] = (code, tuple(shape) if static else None)
+    return out
+
+
+def unknown_outputs(model: ModelProto, types: dict[str, tuple]) -> list[str]:
+    """Node outputs whose shape is not fully static."""
+    out = []
+    for node in model.graph.node:
+        for o in node.output:
+            t = types.get(o)
+            if o and (t is None or not all(isinstance(d, int) for d in t[1])):
+                out.append(o)
+    return out
+
+
+def fold_shape_inputs(model: ModelProto, types: dict[str, tuple], opsets: dict[str, int]) -> int:
+    """Fold the constant integer inputs of nodes with unknown output shapes (see the module
+    docstring); returns the number of values folded (0: nothing changed)."""
+    g = model.graph
+    overridable = {vi.name for vi in g.input}
+    frozen = {t.name: t for t in g.initializer if t.name not in overridable}
+    onnx_types = _onnx_types(types)
+    consts = ConstantValues(g, frozen, onnx_types, opsets.get("", 17))
+    producer = {o: n for n in g.node for o in n.output if o}
+    unknown = set(unknown_outputs(model, types))
+    folded: dict[str, TensorProto] = {}
+    for node in g.node:
+        if not any(o in unknown for o in node.output):
+            continue
+        for name in node.input:
+            src = producer.get(name)
+            if not name or name in folded or src is None or len(src.output) != 1:
+                continue
+            if onnx_types.get(name, (None,))[0] not in INTEGER:
+                continue
+            value = consts.value(name)
+            if value is not None:
+                folded[name] = numpy_helper.from_array(np.asarray(value), name)
+    if not folded:
+        return 0
+    kept = [n for n in g.node if not (len(n.output) == 1 and n.output[0] in folded)]
+    del g.node[:]
+    g.node.extend(_drop_dead_shape_nodes(kept, {o.name for o in g.output}))
+    g.initializer.extend(folded.values())
+    return len(folded)
+
+
+def _drop_dead_shape_nodes(nodes: list, outputs: set[str]) -> list:
+    """Shape-computation nodes whose results nothing reads any more (after folding)."""
+    nodes = list(nodes)
+    while True:
+        used = {i for n in nodes for i in n.input if i} | outputs
+        dead = [k for k, n in enumerate(nodes) if n.domain in ("", "ai.onnx") and n.op_type in _SHAPE_OPS
+                and not any(o in used for o in n.output if o)]
+        if not dead:
+            return nodes
+        for k in reversed(dead):
+            del nodes[k]
+
+
+def infer_folding(model: ModelProto, opsets: dict[str, int], infer, rounds: int = 4) -> tuple[dict, int]:
+    """``infer(model)`` (``shape_infer.infer_types``), folding shape inputs into ``model`` and
+    inferring again while that leaves shapes unknown; returns (types, values folded)."""
+    types, total = infer(model), 0
+    for _ in range(rounds):
+        if not unknown_outputs(model, types):
+            break
+        n = fold_shape_inputs(model, types, opsets)
+        if not n:
+            break
+        total += n
+        types = infer(model)
+    return types, total
