@@ -53,6 +53,7 @@ class Graph:
         self._access_ids: dict[str, str] = {}
         self._producer: dict[str, str] = {}
         self._consumers: dict[str, list[str]] = {}
+        self._positions: dict[str, int] | None = None   # topological positions, rebuilt on demand
 
     # --- containers ---------------------------------------------------------------------
     def add_container(self, c: Container) -> Container:
@@ -130,6 +131,7 @@ class Graph:
         self._link(node)
 
     def _link(self, node: ComputeNode) -> None:
+        self._positions = None
         for m in node.outputs:
             if m is None:
                 continue
@@ -142,6 +144,7 @@ class Graph:
             self._consumers.setdefault(name, []).append(node.id)
 
     def _unlink(self, node: ComputeNode) -> None:
+        self._positions = None
         for m in node.outputs:
             if m is not None and self._producer.get(m.container) == node.id:
                 del self._producer[m.container]
@@ -207,6 +210,33 @@ class Graph:
                              hint="A node (transitively) consumes its own output; remove the cycle")
         return out
 
+    def position(self, ident: str) -> int:
+        """``ident``'s index in a topological order (cached until the use-def changes)."""
+        if getattr(self, "_positions", None) is None:
+            self._positions = {n.id: k for k, n in enumerate(self.topo_order())}
+        return self._positions[ident]
+
+    def depends(self, src: str, dst: str, *, indirectly: bool = False) -> bool:
+        """True if kernel ``dst`` depends on kernel ``src`` (``indirectly``: through some other
+        kernel, not only by reading ``src``'s results). The search visits only kernels placed
+        between the two in topological order, so an adjacent pair costs a few steps, not a
+        walk over everything downstream of ``src``."""
+        limit = self.position(dst)
+        if self.position(src) >= limit:
+            return False
+        start = [s for s in self.successors(self.nodes[src]) if not (indirectly and s.id == dst)]
+        seen = {s.id for s in start}
+        stack = [s for s in start if self.position(s.id) <= limit]
+        while stack:
+            node = stack.pop()
+            if node.id == dst:
+                return True
+            for s in self.successors(node):
+                if s.id not in seen and self.position(s.id) <= limit:
+                    seen.add(s.id)
+                    stack.append(s)
+        return False
+
     def splice(self, remove: Iterable[str], add: Iterable[ComputeNode]) -> None:
         """Remove nodes ``remove``, add ``add``, and restore a topological order of ``nodes``."""
         for ident in remove:
@@ -228,9 +258,17 @@ class Graph:
 
     def clone(self) -> "Graph":
         """A structural copy: new node objects, shared immutable memlets/exprs/arrays."""
+        return self.clone_sharing(self.nodes)
+
+    def clone_sharing(self, copied: Iterable[str]) -> "Graph":
+        """A copy that shares every node object except those in ``copied`` (structural copies):
+        copy-on-write for an edit that may change or remove only ``copied`` (a transformation's
+        ``affected`` set) and add new nodes. The undo stack then holds one copy of each
+        untouched node instead of one per step."""
         g = copy.copy(self)
+        deep = copied if isinstance(copied, (set, dict)) else set(copied)
         g.containers = dict(self.containers)
-        g.nodes = {k: _copy_node(n) for k, n in self.nodes.items()}
+        g.nodes = {k: _copy_node(n) if k in deep else n for k, n in self.nodes.items()}
         g.inputs, g.outputs = list(self.inputs), list(self.outputs)
         g.values = dict(self.values)
         g.bindings, g.opsets, g.meta = dict(self.bindings), dict(self.opsets), dict(self.meta)

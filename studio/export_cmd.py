@@ -52,7 +52,7 @@ def load_with_history(model: str, history: str | None, bind: list[str], *, origi
     first = graph.clone() if original else None
     if hist is not None:
         check_model(hist, graph.meta["sha256"], Path(model).name, path=history)
-        replay(graph, hist, path=history)
+        replay(graph, hist, path=history, every_peak=False)
     steps = hist.steps if hist is not None else ()
     return (graph, steps, (first, proto)) if original else (graph, steps)
 

@@ -94,7 +94,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 failures[rep.step] = _mismatch_text(rep, checked["last"], "numeric mismatch")
 
     with _Progress(len(hist.steps), args.quiet) as progress:
-        reports = replay(graph, hist, on_step=on_step, path=args.history)
+        reports = replay(graph, hist, on_step=on_step, path=args.history, every_peak=bool(args.json or args.junit))
     if checkpoints is not None:
         checked["last"] = oracle.run_and_check(graph)
         if not checked["last"].ok:

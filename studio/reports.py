@@ -50,7 +50,7 @@ def junit_xml(suite: str, reports: Iterable[StepReport], failures: dict[int, str
             msg = failures[r.step]
             lines.append(f'    <failure message={quoteattr(msg)}>{escape(msg)}</failure>')
         lines.append(f'    <system-out>bytes={r.bytes} bound={r.bound} ratio={r.ratio:.4f} '
-                     f'peak={r.peak_bytes} hash={r.graph_hash}</system-out>')
+                     f'{"" if r.peak_bytes is None else f"peak={r.peak_bytes} "}hash={r.graph_hash}</system-out>')
         lines.append("  </testcase>")
     lines.append("</testsuite>")
     return "\n".join(lines) + "\n"

@@ -26,9 +26,9 @@ from ir.onnx_import import import_model
 from ir.onnx_load import read_model
 from ir.serialize import graph_hash
 from transforms import engine
-from transforms.base import Application
+from transforms.base import Application, Match
 from transforms.history import History, HistoryError, Step, check_model, load, save
-from transforms.registry import TRANSFORMATIONS
+from transforms.registry import TRANSFORMATIONS, create
 from transforms.replay import apply_step
 
 Observer = Callable[[str, Any], None]
@@ -208,7 +208,7 @@ class Session:
         return self._apply_step(step)
 
     def _apply_step(self, step: Step) -> Application:
-        graph = self.graph.clone()
+        graph = self._work_copy(step)
         ledger = self.ledger.copy()
         ledger.graph = graph
         app = apply_step(graph, step, self._cursor + 1, backup=False)
@@ -222,6 +222,18 @@ class Session:
         self._autosave()
         self._emit("applied", app)
         return app
+
+    def _work_copy(self, step: Step) -> Graph:
+        """The graph a step is applied to: a copy that shares the nodes the step cannot touch
+        (``Graph.clone_sharing`` over the transformation's ``affected`` set), or a full copy
+        when that set cannot be known (an unknown transformation or a stale anchor: the
+        apply then fails with its own message)."""
+        try:
+            t = create(step.transformation, step.params)
+            affected = t.affected(self.graph, Match(t.name, step.anchors))
+        except Exception:  # noqa: BLE001 - apply_step reports the problem with its step number
+            return self.graph.clone()
+        return self.graph.clone_sharing(affected)
 
     def undo(self) -> None:
         if not self.can_undo():

@@ -65,7 +65,7 @@ def _ensure(graph: Graph, t: Transformation, affected, before, touched, check_ve
         raise PostconditionError(f"{t.name} reported ids inconsistently (missing {missing})", None, graph)
     if check_verify:
         try:
-            verify(graph)
+            verify(graph, maps=touched.created + touched.changed)
         except GraphError as e:
             raise PostconditionError(f"{t.name} produced an invalid graph: {e.summary}", e.node, graph) from e
 

@@ -58,32 +58,12 @@ def keeps_global(graph: Graph, container: str, consumers_fused: set[str]) -> boo
 
 def creates_cycle(graph: Graph, producer: str, consumer: str) -> bool:
     """True if ``consumer`` also depends on ``producer`` through some other kernel."""
-    start = [s.id for s in graph.successors(graph.nodes[producer]) if s.id != consumer]
-    seen, stack = set(start), list(start)
-    while stack:
-        node = graph.nodes[stack.pop()]
-        if node.id == consumer:
-            return True
-        for s in graph.successors(node):
-            if s.id not in seen:
-                seen.add(s.id)
-                stack.append(s.id)
-    return False
+    return graph.depends(producer, consumer, indirectly=True)
 
 
 def reaches(graph: Graph, src: str, dst: str) -> bool:
     """True if kernel ``dst`` depends, directly or transitively, on kernel ``src``."""
-    stack = [s.id for s in graph.successors(graph.nodes[src])]
-    seen = set(stack)
-    while stack:
-        ident = stack.pop()
-        if ident == dst:
-            return True
-        for s in graph.successors(graph.nodes[ident]):
-            if s.id not in seen:
-                seen.add(s.id)
-                stack.append(s.id)
-    return False
+    return graph.depends(src, dst)
 
 
 def _local_for(graph: Graph, container: str, taken: set[str]) -> Container:

@@ -19,7 +19,7 @@ from ir.errors import StudioError
 from ir.graph import Graph
 from ir.memory import peak_bytes
 from ir.movement import Ledger, lower_bound
-from ir.serialize import graph_hash
+from ir.serialize import HashCache, graph_hash
 from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import History, Step
@@ -45,7 +45,7 @@ class StepReport:
     bound: int
     ratio: float
     flops: int
-    peak_bytes: int
+    peak_bytes: int | None          # None between the first and last step unless every_peak
     graph_hash: str
     delta_bytes: int
     expected_bytes: int | None
@@ -82,27 +82,38 @@ def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None
         raise ReplayError(number, step.transformation, e.summary, path=path) from None
 
 
-def initial_report(graph: Graph, ledger: Ledger) -> StepReport:
+def initial_report(graph: Graph, ledger: Ledger, hashes: HashCache | None = None) -> StepReport:
     bound = lower_bound(graph)
     return StepReport(0, "(imported)", (), ledger.total.bytes, bound, ledger.total.bytes / bound if bound else 0.0,
-                      ledger.total.flops, peak_bytes(graph), graph_hash(graph), 0, None, 0.0)
+                      ledger.total.flops, peak_bytes(graph), graph_hash(graph, hashes), 0, None, 0.0)
 
 
 def replay(graph: Graph, history: History, *, on_step: Callable[[StepReport], None] | None = None,
-           path: str | None = None, stop: Callable[[], bool] | None = None) -> list[StepReport]:
-    """Re-apply ``history`` to ``graph`` in place; reports for step 0 (import) and every step."""
+           path: str | None = None, stop: Callable[[], bool] | None = None,
+           every_peak: bool = True) -> list[StepReport]:
+    """Re-apply ``history`` to ``graph`` in place; reports for step 0 (import) and every step.
+    Costs stay linear in the graph per step only where they must: the graph hash reuses the
+    digests of untouched nodes, only created/changed map bodies are re-verified, and no
+    rollback copy is kept (a failing step raises, and the caller drops the graph). Peak
+    memory is an O(graph) schedule: with ``every_peak=False`` it is computed for the import
+    and the last step only (``peak_bytes`` is None in between)."""
     ledger = Ledger(graph)
-    reports = [initial_report(graph, ledger)]
+    hashes = HashCache()
+    reports = [initial_report(graph, ledger, hashes)]
+    n = len(history.steps)
     for number, step in enumerate(history.steps, start=1):
         if stop is not None and stop():
             break
         t0 = time.perf_counter()
-        app = apply_step(graph, step, number, path=path)
+        app = apply_step(graph, step, number, path=path, backup=False)
+        hashes.forget(app.created + app.changed + app.removed)
         delta = ledger.update(app.removed, app.changed, app.created)
         bound = lower_bound(graph)
+        last = number == n or (stop is not None and stop())
+        peak = peak_bytes(graph) if every_peak or last else None
         rep = StepReport(number, step.transformation, step.anchors, ledger.total.bytes, bound,
-                         ledger.total.bytes / bound if bound else 0.0, ledger.total.flops, peak_bytes(graph),
-                         graph_hash(graph), delta.bytes, step.bytes_after, time.perf_counter() - t0)
+                         ledger.total.bytes / bound if bound else 0.0, ledger.total.flops, peak,
+                         graph_hash(graph, hashes), delta.bytes, step.bytes_after, time.perf_counter() - t0)
         reports.append(rep)
         if on_step is not None:
             on_step(rep)

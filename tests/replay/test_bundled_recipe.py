@@ -51,3 +51,19 @@ def test_replay_is_bit_stable(reports):
     a, b = ([{k: v for k, v in s.items() if k != "seconds"} for s in r["steps"]] for r in reports)
     assert a == b
     assert reports[0]["summary"]["graph_hash"] == reports[1]["summary"]["graph_hash"]
+
+
+def test_per_step_hashes_are_full_hashes():
+    """``replay`` hashes each step incrementally (digests of untouched nodes reused); after every
+    tenth step and at the end the figure equals a from-scratch ``graph_hash``."""
+    from ir.onnx_import import import_model
+    from ir.serialize import graph_hash
+    from transforms.replay import replay
+    graph = import_model(MODEL)
+    hist = load(HISTORY)
+    seen = []
+    reports = replay(graph, hist, on_step=lambda r: seen.append(r.graph_hash == graph_hash(graph))
+                     if r.step % 10 == 0 else None, every_peak=False)
+    assert seen and all(seen)
+    assert reports[-1].graph_hash == graph_hash(graph)
+    assert reports[-1].peak_bytes is not None and reports[1].peak_bytes is None

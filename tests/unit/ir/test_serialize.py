@@ -13,7 +13,7 @@ import pytest
 from ir.errors import StudioError
 from ir.onnx_import import import_model, import_proto
 from ir.printer import to_text
-from ir.serialize import dumps, from_json, graph_hash, loads, to_json
+from ir.serialize import HashCache, dumps, from_json, graph_hash, loads, to_json
 from tests.unit.ir.onnx_models import mlp
 
 REPO = Path(__file__).resolve().parents[3]
@@ -73,3 +73,15 @@ def test_json_holds_no_code():
     d = to_json(import_proto(mlp(), bindings={"batch": 2}))
     text = json.dumps(d)
     assert "__" not in text.replace("__tensor__", "")
+
+
+def test_a_hash_cache_gives_the_full_hash_and_forgets_what_changed():
+    g = import_proto(mlp(), bindings={"batch": 2})
+    cache = HashCache()
+    h = graph_hash(g, cache)
+    assert h == graph_hash(g)
+    node = next(iter(g.nodes.values()))
+    node.attrs["alpha"] = 2.0                      # changed in place: the cache must be told
+    assert graph_hash(g, cache) == h != graph_hash(g)
+    cache.forget([node.id])
+    assert graph_hash(g, cache) == graph_hash(g) != h

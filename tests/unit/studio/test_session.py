@@ -37,6 +37,25 @@ def test_apply_updates_figures_incrementally(model):
     assert s.trend()[0] == before and s.trend()[-1] == s.metrics().bytes
 
 
+def test_states_share_untouched_nodes_and_earlier_states_stay_intact(model):
+    """Each step copies only the kernels it may touch (``Graph.clone_sharing``): earlier states
+    keep their hash after many fusions, and untouched kernels are one object across states."""
+    from studio.recipe import RECIPES, run_recipe
+    s = Session.open(model, autosave=False)
+    h0 = s.original_hash
+    run_recipe(s, RECIPES["fuse"])
+    assert s.cursor > 20
+    mid = s.cursor // 2
+    h_mid = graph_hash(s.graph_at(mid))
+    s.revert_to(mid)
+    s.apply("map_fusion", next(m for m in create("map_fusion").matches(s.graph)
+                               if create("map_fusion").check(s.graph, m).ok).anchors)
+    assert graph_hash(s.graph_at(0)) == h0 and graph_hash(s.graph_at(mid)) == h_mid
+    first, last = s.graph_at(1), s.graph
+    shared = [i for i in first.nodes if i in last.nodes and first.nodes[i] is last.nodes[i]]
+    assert shared and len(shared) < len(last.nodes)
+
+
 def test_undo_redo_revert(model):
     s = Session.open(model, autosave=False)
     h0 = s.original_hash
