@@ -170,3 +170,19 @@ def test_int64_views_keep_their_dtype():
     t = create("reshape_elimination")
     _, work = assert_applies(g, t, t.match("u"))
     assert "x[i1]" in node_to_text(work.nodes["add/expanded"])
+
+
+def test_a_one_element_map_writing_its_view_keeps_its_parameter():
+    """Regression (issue 10, random graphs): Neg over c[1] writing y = Reshape(c', [1, 1]) was
+    rewritten to ``y[0, 0] = -c[i0]``, a store at constant indices from a map with a parameter,
+    which the reference executor failed to run ("setting an array element with a sequence").
+    Size-1 dimensions now pass their (zero) index on: ``y[i0, 0]``."""
+    c = numpy_helper.from_array(np.array([-1], np.float32), "c")
+    nodes = [helper.make_node("Neg", ["c"], ["n"], name="neg"), helper.make_node("Reshape", ["n", "s"], ["y"], name="rs")]
+    g = import_proto(model(nodes, [vi("x", [1, 1])], [vi("y", [1, 1])], [c, _shape("s", [1, 1])]))
+    lowering.expand_all(g)
+    t = create("reshape_elimination")
+    _, work = assert_applies(g, t, t.match("rs"))
+    assert "y[i0, 0] = (-c[i0])" in node_to_text(work.nodes["neg/expanded"])
+    i = (E.Var("i0"), E.Var("i1"))
+    assert [E.to_text(e) for e in reindex((1, 5), (5, 1))(i)] == ["i1", "i0"]
