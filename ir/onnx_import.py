@@ -87,8 +87,10 @@ def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mappin
     if kind == "forward" and any(g.containers[o].role in trained for o in g.outputs):
         kind = "joint"
     g.meta["kind"] = kind
-    if folded:
-        g.meta["shape_values_folded"] = folded
+    if folded.get("folded"):
+        g.meta["shape_values_folded"] = str(folded["folded"])
+    if folded.get("probed"):
+        g.meta["shapes_from_onnxruntime"] = str(folded["probed"])
     _add_nodes(g, work, opsets, path)
     freeze_bound(g)
     return g

@@ -12,12 +12,15 @@ and Size of static tensors, small integer arithmetic, evaluated one node at a ti
 ``onnx.reference``; nothing from the model is evaluated as code) and removes the shape
 nodes nothing reads any more. Only values that depend on nothing but static shapes and
 non-overridable initializers are folded, so equal-valued parameters are never merged
-(onnxsim's constant merging would tie them) and the graph computes what it did.
+(onnxsim's constant merging would tie them) and the graph computes what it did. A shape
+that is still unknown after that (it depends on data: ``NonZero``, a reshape target read
+from an input) is taken from one onnxruntime run on inputs of the declared shapes
+(``probe_shapes``); ``dcstudio inspect`` says how many shapes came from where.
 """
 from __future__ import annotations
 
 import numpy as np
-from onnx import ModelProto, TensorProto, numpy_helper
+from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from ir import dtypes
 from ir.constant_values import FOLDABLE, ConstantValues
@@ -93,16 +96,69 @@ def _drop_dead_shape_nodes(nodes: list, outputs: set[str]) -> list:
             del nodes[k]
 
 
-def infer_folding(model: ModelProto, opsets: dict[str, int], infer, rounds: int = 4) -> tuple[dict, int]:
+def infer_folding(model: ModelProto, opsets: dict[str, int], infer, rounds: int = 4) -> tuple[dict, dict[str, int]]:
     """``infer(model)`` (``shape_infer.infer_types``), folding shape inputs into ``model`` and
-    inferring again while that leaves shapes unknown; returns (types, values folded)."""
-    types, total = infer(model), 0
+    inferring again while that leaves shapes unknown; what is still unknown then takes its
+    shape from one onnxruntime run (``probe_shapes``). Returns (types, counts) with counts
+    ``{"folded": values folded, "probed": shapes from onnxruntime}`` (zeros left out)."""
+    types, counts = infer(model), {}
     for _ in range(rounds):
         if not unknown_outputs(model, types):
             break
         n = fold_shape_inputs(model, types, opsets)
         if not n:
             break
-        total += n
+        counts["folded"] = counts.get("folded", 0) + n
         types = infer(model)
-    return types, total
+    unknown = unknown_outputs(model, types)
+    if unknown:
+        n = probe_shapes(model, types, unknown)
+        if n:
+            counts["probed"] = n
+            types = infer(model)
+    return types, counts
+
+
+def probe_shapes(model: ModelProto, types: dict[str, tuple], names: list[str]) -> int:
+    """Shapes of ``names`` from one onnxruntime run on inputs of the declared (static) shapes:
+    floats drawn from N(0, 1) with a fixed seed, integers 0, booleans False. They are written
+    into ``model`` as value infos; returns how many (0 when onnxruntime cannot run the model,
+    an input shape is not static, or a value's type is unknown: the import then stops with
+    its usual error naming the value)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:                                   # pragma: no cover - a core dependency
+        return 0
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for vi in g.input:
+        if vi.name in inits:
+            continue
+        t = types.get(vi.name)
+        if t is None or not all(isinstance(d, int) for d in t[1]):
+            return 0
+        dt = np.dtype(dtypes.to_numpy(t[0]))
+        feeds[vi.name] = (rng.standard_normal(t[1]).astype(dt) if dt.kind == "f" else np.zeros(t[1], dt))
+    wanted = [n for n in names if n in types and dtypes.NAME_TO_ONNX.get(types[n][0]) is not None]
+    probe = ModelProto()
+    probe.CopyFrom(model)
+    probe.ir_version = min(probe.ir_version, 10)           # onnxruntime 1.31 reads IR <= 13
+    outs = {o.name for o in probe.graph.output}
+    for n in wanted:
+        if n not in outs:
+            probe.graph.output.append(helper.make_tensor_value_info(n, dtypes.NAME_TO_ONNX[types[n][0]], None))
+    try:
+        sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    except Exception:  # noqa: BLE001 - any failure means "no shapes from onnxruntime"
+        return 0
+    known = {vi.name for vi in g.value_info}
+    count = 0
+    for n in wanted:
+        if n in got and n not in known:
+            g.value_info.append(helper.make_tensor_value_info(n, dtypes.NAME_TO_ONNX[types[n][0]],
+                                                             list(np.shape(got[n]))))
+            count += 1
+    return count

@@ -92,6 +92,11 @@ def _table(graph, rep, top: int | None) -> str:
               f"access volume    {human_count(t.accesses):>11} elements"]
     if top:
         lines.insert(3, f"(top {top} kernels by bytes moved)")
+    if graph.meta.get("shape_values_folded"):
+        lines.append(f"shape computations folded at import: {graph.meta['shape_values_folded']} values")
+    if graph.meta.get("shapes_from_onnxruntime"):
+        lines.append(f"shapes from an onnxruntime run: {graph.meta['shapes_from_onnxruntime']} values (inputs of "
+                     "the declared shapes; a shape that depends on the data may differ for other inputs)")
     return "\n".join(lines)
 
 

@@ -47,3 +47,22 @@ def test_values_that_depend_on_an_input_are_not_folded():
              helper.make_node("Reshape", ["x", "n64"], ["y"], name="reshape")]
     g = import_proto(model(nodes, [vi("x", [4, 6]), vi("n", [2], TensorProto.INT64)], [vi("y", [24])]))
     assert "shape_values_folded" not in g.meta and "cast" in g.nodes
+
+
+def test_a_data_dependent_shape_comes_from_one_onnxruntime_run_and_inspect_says_so(tmp_path, capsys):
+    """``NonZero`` has no static shape; onnxruntime runs the model on inputs of the declared
+    shapes and its result's shape is used (and reported)."""
+    import onnx
+    from studio.cli import main
+    inits = [numpy_helper.from_array(np.asarray([[1, 0, 2], [0, 3, 0]], np.float32), "mask")]
+    nodes = [helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
+             helper.make_node("Cast", ["nz"], ["nzf"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["nzf"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Add", ["x", "s"], ["y"], name="add")]
+    proto = model(nodes, [vi("x", [])], [vi("y", [])], inits)
+    g = import_proto(proto)
+    assert g.containers["nz"].shape == (2, 3) and g.meta["shapes_from_onnxruntime"] == "2"   # nz and its cast
+    path = tmp_path / "nonzero.onnx"
+    onnx.save(proto, path)
+    assert main(["inspect", str(path)]) == 0
+    assert "shapes from an onnxruntime run: 2 values" in capsys.readouterr().out
