@@ -15,11 +15,11 @@ equal products (size-1 dimensions stand alone), e.g.::
 and ``reindex(from_shape, to_shape)`` rewrites an index of one shape as an index of
 the other, block by block: linearize (Horner: ``i0 * 128 + i1``), then delinearize
 (``(l // 64) % 12``, the outermost digit without ``%``, the innermost without ``//``).
-A size-1 dimension's index is 0; ``reindex`` passes the source's size-1 indices on to the
-target's size-1 dimensions (in order) rather than writing the constant, so that a map over a
-``[1]`` tensor that now writes its ``[1, 1]`` view writes ``y[i0, 0]``, not ``y[0, 0]``: a
-store at constant indices from a map with parameters is one the reference executor's
-vectorized stores cannot do.
+A size-1 dimension's index is 0; ``reindex`` passes the source's size-1 indices (those that
+name a parameter first) on to the target's size-1 dimensions rather than writing the
+constant, so that a map over a ``[1]`` tensor that now writes its ``[1, 1]`` view writes
+``y[i0, 0]``, not ``y[0, 0]``: a store at constant indices from a map with parameters is one
+the reference executor's vectorized stores cannot do.
 """
 from __future__ import annotations
 
@@ -181,11 +181,13 @@ def reindex(from_shape: Shape, to_shape: Shape) -> IndexFn:
     if groups is None:
         raise ValueError(f"{list(from_shape)} and {list(to_shape)} hold different numbers of elements")
 
-    ones = list(zip([k for k, d in enumerate(from_shape) if d == 1], [k for k, d in enumerate(to_shape) if d == 1]))
+    ones_from = [k for k, d in enumerate(from_shape) if d == 1]
+    ones_to = [k for k, d in enumerate(to_shape) if d == 1]
 
     def fn(index: tuple[E.Expr, ...]) -> tuple[E.Expr, ...]:
         out: list[E.Expr] = [_int(0)] * len(to_shape)
-        for kf, kt in ones:          # 0 either way; kept so a write still names its map parameters
+        named = sorted(ones_from, key=lambda k: isinstance(index[k], E.Const))   # parameters first
+        for kf, kt in zip(named, ones_to):   # 0 either way; kept so a write still names its map parameters
             out[kt] = index[kf]
         for ga, gb in groups:
             lin = linearize([index[k] for k in ga], [from_shape[k] for k in ga])

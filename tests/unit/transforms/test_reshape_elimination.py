@@ -186,3 +186,16 @@ def test_a_one_element_map_writing_its_view_keeps_its_parameter():
     assert "y[i0, 0] = (-c[i0])" in node_to_text(work.nodes["neg/expanded"])
     i = (E.Var("i0"), E.Var("i1"))
     assert [E.to_text(e) for e in reindex((1, 5), (5, 1))(i)] == ["i1", "i0"]
+
+
+def test_a_keepdims_reduction_writing_its_view_keeps_its_parameter():
+    """Regression (issue 10, random graphs): ReduceMean over axis 0 of x[1, 1] (keepdims) writes
+    m[0, i0]; its view v = Reshape(m, [1]) was written as v[0] (the first size-1 index, a
+    constant) and the executor failed as above. The index that names a parameter goes first."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[0], keepdims=1),
+             helper.make_node("Reshape", ["m", "s"], ["v"], name="rs")]
+    g = import_proto(model(nodes, [vi("x", [1, 1])], [vi("v", [1])], [_shape("s", [1])]))
+    lowering.expand_all(g)
+    t = create("reshape_elimination")
+    _, work = assert_applies(g, t, t.match("rs"))
+    assert "v[i0] = (_acc / 1.0)" in node_to_text(work.nodes["mean/expanded"])
