@@ -188,27 +188,48 @@ class Graph:
 
     def topo_order(self) -> list[ComputeNode]:
         """Compute nodes in a topological order, stable w.r.t. insertion order."""
-        order = {ident: k for k, ident in enumerate(self.nodes)}
-        indeg = {ident: 0 for ident in self.nodes}
-        for node in self.nodes.values():
-            for p in self.predecessors(node):
-                indeg[node.id] += 1
-        ready = [(order[i], i) for i, d in indeg.items() if d == 0]
+        if self.is_sorted():
+            return list(self.nodes.values())
+        ids = list(self.nodes)
+        index = {ident: k for k, ident in enumerate(ids)}
+        nodes = list(self.nodes.values())
+        indeg = [0] * len(ids)
+        succ: list[list[int]] = [[] for _ in ids]
+        for k, node in enumerate(nodes):
+            preds = {index[p] for m in node.inputs if m is not None
+                     and (p := self._producer.get(m.container)) is not None}
+            indeg[k] = len(preds)
+            for p in preds:
+                succ[p].append(k)
+        ready = [k for k, d in enumerate(indeg) if d == 0]
         heapq.heapify(ready)
         out: list[ComputeNode] = []
         while ready:
-            _, ident = heapq.heappop(ready)
-            node = self.nodes[ident]
-            out.append(node)
-            for s in self.successors(node):
-                indeg[s.id] -= 1
-                if indeg[s.id] == 0:
-                    heapq.heappush(ready, (order[s.id], s.id))
-        if len(out) != len(self.nodes):
-            stuck = [self.nodes[i] for i, d in indeg.items() if d > 0]
+            k = heapq.heappop(ready)
+            out.append(nodes[k])
+            for s in succ[k]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(ready, s)
+        if len(out) != len(nodes):
+            stuck = [nodes[k] for k, d in enumerate(indeg) if d > 0]
             raise GraphError("the graph has a cycle", stuck[0], self,
                              hint="A node (transitively) consumes its own output; remove the cycle")
         return out
+
+    def is_sorted(self) -> bool:
+        """True if ``nodes`` is already in a topological order (every container read is written
+        by an earlier node): one pass over the memlets, no sort."""
+        seen: set[str] = set()
+        producer = self._producer
+        for ident, node in self.nodes.items():
+            for m in node.inputs:
+                if m is not None:
+                    p = producer.get(m.container)
+                    if p is not None and p not in seen:
+                        return False
+            seen.add(ident)
+        return True
 
     def position(self, ident: str) -> int:
         """``ident``'s index in a topological order (cached until the use-def changes)."""
@@ -247,7 +268,8 @@ class Graph:
 
     def sort(self) -> None:
         """Reorder ``nodes`` topologically (stable w.r.t. the current order)."""
-        self.nodes = {n.id: n for n in self.topo_order()}
+        if not self.is_sorted():
+            self.nodes = {n.id: n for n in self.topo_order()}
 
     def kernels(self) -> list[ComputeNode]:
         """Top-level ops and maps: one launch each."""

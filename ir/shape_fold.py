@@ -110,13 +110,51 @@ def infer_folding(model: ModelProto, opsets: dict[str, int], infer, rounds: int 
             break
         counts["folded"] = counts.get("folded", 0) + n
         types = infer(model)
-    unknown = unknown_outputs(model, types)
+    unknown = [n for n in unknown_outputs(model, types) if n not in shapes_from_input_values(model, types)]
     if unknown:
         n = probe_shapes(model, types, unknown)
         if n:
             counts["probed"] = n
             types = infer(model)
     return types, counts
+
+
+# Inputs that set a shape (not indices, not data): an integer graph input reaching one of them
+# makes the result's shape depend on the input's values, which no single run can pin down.
+SHAPE_ARGS = {"Reshape": (1,), "Expand": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3), "Tile": (1,),
+              "ConstantOfShape": (0,), "Range": (0, 1, 2), "TopK": (1,), "OneHot": (1,), "Resize": (1, 2, 3),
+              "Upsample": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "CenterCropPad": (1,)}
+INDEX_OPS = {"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter", "Where"}
+DATA_SHAPED = {"NonZero", "Unique", "Compress", "StringSplit"}
+
+
+def shapes_from_input_values(model: ModelProto, types: dict[str, tuple]) -> set[str]:
+    """Values whose shape depends on the *values* (not the shapes) of graph inputs: such a
+    shape may differ from run to run, so ``probe_shapes`` leaves it unknown."""
+    g = model.graph
+    valued = {vi.name for vi in g.input}                     # depends on an input's values
+    shaped: set[str] = set()                                 # its shape depends on them
+    for node in g.node:
+        ins = list(node.input)
+        if node.op_type in ("Shape", "Size"):
+            if any(i in shaped for i in ins):           # the shape it reads varies with the data
+                valued.update(o for o in node.output if o)
+            continue
+        tainted = [k for k, i in enumerate(ins) if i in valued]
+        if tainted:
+            valued.update(o for o in node.output if o)
+        integer = [k for k in tainted if _is_integer(types.get(ins[k], ("",))[0])]
+        sets_shape = (any(k in SHAPE_ARGS.get(node.op_type, ()) for k in tainted)
+                      or node.op_type in DATA_SHAPED and tainted
+                      or node.op_type not in SHAPE_ARGS and node.op_type not in INDEX_OPS
+                      and any(k >= 1 for k in integer))
+        if sets_shape or any(i in shaped for i in ins):
+            shaped.update(o for o in node.output if o)
+    return shaped
+
+
+def _is_integer(dtype_name: str) -> bool:
+    return dtype_name.startswith(("int", "uint")) or dtype_name == "bool"
 
 
 def probe_shapes(model: ModelProto, types: dict[str, tuple], names: list[str]) -> int:

@@ -66,3 +66,16 @@ def test_a_data_dependent_shape_comes_from_one_onnxruntime_run_and_inspect_says_
     onnx.save(proto, path)
     assert main(["inspect", str(path)]) == 0
     assert "shapes from an onnxruntime run: 2 values" in capsys.readouterr().out
+
+
+def test_a_shape_set_by_an_input_value_is_left_unknown():
+    """Slice bounds fed as graph inputs: one run cannot pin the shape, so no probe pins it."""
+    from ir.shape_fold import shapes_from_input_values
+    nodes = [helper.make_node("Slice", ["x", "start", "end"], ["y"], name="slice"),
+             helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    proto = model(nodes, [vi("x", [4, 6]), vi("start", [1], TensorProto.INT64), vi("end", [1], TensorProto.INT64)],
+                  [vi("z", None)])
+    g = import_proto(proto)
+    assert "?" in g.containers["z"].shape and "shapes_from_onnxruntime" not in g.meta
+    from ir.shape_infer import infer_types
+    assert {"y", "z"} <= shapes_from_input_values(proto, infer_types(proto, {"": 17}))
