@@ -105,6 +105,7 @@ def infer_types(model: ModelProto, opsets: dict[str, int], path: str | None = No
     """Types and shapes of all values that can be inferred (name -> (dtype, shape))."""
     work = ModelProto()
     work.CopyFrom(model)
+    _declare_outputs(work, _known(work))
     for _ in range(8):
         work = _run_onnx(work, path)
         known = _known(work)
@@ -114,7 +115,18 @@ def infer_types(model: ModelProto, opsets: dict[str, int], path: str | None = No
         for name, (dt, shape) in added.items():
             work.graph.value_info.append(
                 helper.make_tensor_value_info(name, dtypes.NAME_TO_ONNX[dt], list(shape)))
+        _declare_outputs(work, added)
     return _known(work)
+
+
+def _declare_outputs(model: ModelProto, types: dict[str, TensorType]) -> None:
+    """Graph outputs declared without a (full) shape take the shape found for them: onnx types
+    a value by its output declaration, so a vague one hid what a rule or a graph input says
+    from the ops that read the value."""
+    for out in model.graph.output:
+        declared, found = _tt(out), types.get(out.name)
+        if declared is not None and _vague(declared[1]) and found is not None and not _vague(found[1]):
+            out.CopyFrom(helper.make_tensor_value_info(out.name, dtypes.NAME_TO_ONNX[found[0]], list(found[1])))
 
 
 def _apply_rules(model: ModelProto, known: dict[str, TensorType], opsets: dict[str, int]) -> dict[str, TensorType]:

@@ -106,3 +106,22 @@ def test_elementwise_training_grads_have_shape_rules(op):
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     g = import_proto(m)
     assert g.containers["dx"].shape == (2, 3)
+
+
+def test_ops_reading_an_output_declared_without_a_shape_get_shapes():
+    """Regression (issue 10, random graphs): onnx types a value by its graph-output declaration,
+    so when that declaration has no shape, the ops reading the value stayed of unknown rank —
+    after a training op whose output is also a graph output (its rule's shape never reached
+    them), or after a graph input that is also a graph output."""
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    nodes = [helper.make_node("SigmoidGrad", ["dy", "y"], ["dx"], name="g", domain="com.microsoft"),
+             helper.make_node("ReduceMean", ["dx"], ["m"], name="mean", keepdims=0),
+             helper.make_node("Neg", ["m"], ["z"], name="neg"),
+             helper.make_node("ReduceSum", ["x", "axes"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Neg", ["s"], ["t"], name="neg2")]
+    shapeless = [helper.make_tensor_value_info(n, 1, None) for n in ("dx", "x", "z", "t")]
+    m = model(nodes, [vi("dy", [2, 3]), vi("y", [2, 3]), vi("x", [4, 3])], shapeless, [axes])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    g = import_proto(m)
+    assert g.containers["dx"].shape == (2, 3) and g.containers["m"].shape == ()
+    assert g.containers["x"].shape == (4, 3) and g.containers["s"].shape == (3,)
