@@ -86,10 +86,18 @@ def _acc(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype.kind in "fV" else x
 
 
+def product_dtype(ctx: OpContext, first: np.ndarray) -> np.dtype:
+    """A contraction's result is rounded once, to its output container's dtype (a bfloat16
+    operand of a mixed-precision graph must not round a float32 product); without an IR
+    container (a bare call), to the first operand's."""
+    dt = ctx.output_dtypes[0] if ctx.output_dtypes else None
+    return dt if dt is not None else np.asarray(first).dtype
+
+
 @kernel("MatMul")
 def matmul(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
     a, b = np.asarray(inputs[0]), np.asarray(inputs[1])
-    return [contract(_wide(a), _wide(b), ctx.extra.get("impl", "blas")).astype(a.dtype, copy=False)]
+    return [contract(_wide(a), _wide(b), ctx.extra.get("impl", "blas")).astype(product_dtype(ctx, a), copy=False)]
 
 
 @kernel("MatMulInteger")
@@ -110,14 +118,14 @@ def gemm(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarr
     y = attrs.get("alpha", 1.0) * contract(a, b, ctx.extra.get("impl", "blas"))
     if len(inputs) > 2 and inputs[2] is not None:
         y = y + attrs.get("beta", 1.0) * np.asarray(inputs[2])
-    return [y.astype(inputs[0].dtype)]
+    return [y.astype(product_dtype(ctx, inputs[0]))]
 
 
 @kernel("Einsum")
 def einsum(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
     eq = attrs["equation"].replace(" ", "")
     out = np.einsum(eq, *[_wide(x) for x in inputs])
-    return [np.asarray(out).astype(inputs[0].dtype)]
+    return [np.asarray(out).astype(product_dtype(ctx, inputs[0]))]
 
 
 @kernel("Det")

@@ -14,7 +14,7 @@ import numpy as np
 
 from .contraction import contract
 from .elementwise import erf, gelu, sigmoid
-from .linalg import gather_windows, window_geometry
+from .linalg import gather_windows, product_dtype, window_geometry
 from .nn import batch_norm_train, layer_norm
 from .loss import target_weights
 from .registry import MS_DOMAIN, Inputs, OpContext, kernel
@@ -404,4 +404,4 @@ def fused_matmul(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[
                         bool(attrs.get("transBatchB", 0)))
     y = attrs.get("alpha", 1.0) * contract(ea.astype(np.float64), eb.astype(np.float64),
                                            ctx.extra.get("impl", "blas"))
-    return [_like(y, a)]
+    return [np.asarray(y).astype(product_dtype(ctx, a), copy=False)]

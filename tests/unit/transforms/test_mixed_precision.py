@@ -165,14 +165,12 @@ def test_bert_small_training_step_within_stated_tolerance(dtype, rtol, loss_rtol
     assert errors[worst] <= rtol, (worst, errors[worst])
 
 
-@pytest.mark.xfail(strict=True, reason="codegen/numpy_ref/linalg.py returns a contraction's product in its first "
-                   "operand's dtype, so a bfloat16 operand rounds a float32 output (issue 10; outside transforms/)")
 def test_a_gemm_reading_bfloat16_keeps_a_float32_product():
     """Found by the random-graph tests (issue 10): contractions "widen and accumulate in fp32"
     (module docstring) and their output container stays float32, but the reference MatMul/Gemm/
-    Einsum/FusedMatMul kernels cast the product to operand 0's dtype, so the output is the
-    product rounded to bfloat16. The transformed graph should compute exactly the original with
-    ``a`` rounded to bfloat16 where it is read."""
+    Einsum/FusedMatMul kernels cast the product to operand 0's dtype, so the output was the
+    product rounded to bfloat16 (fixed: ``codegen.numpy_ref.linalg.product_dtype``). The
+    transformed graph computes exactly the original with ``a`` rounded to bfloat16 where it is read."""
     import ml_dtypes
     w = numpy_helper.from_array(np.linspace(-1, 1, 12).astype(np.float32).reshape(4, 3), "w")
     nodes = [mk("Tanh", ["x"], ["a"], name="act"), mk("MatMul", ["a", "w"], ["y"], name="mm")]
