@@ -117,4 +117,7 @@ def _dropout_trains(graph: Graph, node: OpNode) -> bool:
     if len(names) < 3 or names[2] is None:
         return False
     value = graph.values.get(names[2])
-    return value is None or bool(np.asarray(value).reshape(-1)[:1].any())
+    if value is not None and not bool(np.asarray(value).reshape(-1)[:1].any()):
+        return False                                   # training_mode false: an identity
+    ratio = graph.values.get(names[1]) if len(names) > 1 and names[1] is not None else np.float32(0.5)
+    return ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0.0   # ratio 0 keeps every element
