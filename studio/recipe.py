@@ -1,9 +1,11 @@
 """Recipes: named sequences of transformation passes, each applied to a fixpoint.
 
-A pass is a transformation (with parameters) applied at its first applicable
-match, in graph order, again and again until none applies. Every application is
-an ordinary, undoable, recorded step, so a recipe's result is a plain history
-file that ``dcstudio replay`` reproduces exactly. ``SUBSTATION`` is the
+A pass is a transformation (with parameters) applied to a fixpoint: sweeps over
+its matches in graph order until none applies (``transforms.passes``). Each pass
+is one ordinary, undoable, recorded step (history version 3: its application
+count and resulting graph hash are recorded), so a recipe's result is a plain
+history file that ``dcstudio replay`` reproduces exactly, in a handful of steps
+instead of one per application. ``SUBSTATION`` is the
 Substation-style recipe of the bundled example (*Data Movement Is All You
 Need*): simplify views and constants, lower the ops into maps, fold transposes
 into the contractions that read or write them, fuse elementwise chains, fuse
@@ -26,7 +28,6 @@ from transforms.registry import TRANSFORMATIONS, create
 class Pass:
     transformation: str
     params: dict[str, Any] = field(default_factory=dict)
-    limit: int = 10_000
 
 
 SUBSTATION: tuple[Pass, ...] = (
@@ -51,19 +52,16 @@ RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION,
 
 def run_pass(session: Session, p: Pass, on_step: Callable[[str, int], None] | None = None,
              stop: Callable[[], bool] | None = None) -> int:
-    """Apply ``p`` at its first applicable match until none is left; returns the count."""
-    t = create(p.transformation, p.params)
-    done = 0
-    while done < p.limit and not (stop and stop()):
-        graph = session.graph
-        match = next((m for m in t.matches(graph) if t.check(graph, m).ok), None)
-        if match is None:
-            break
-        session.apply(t.name, match.anchors, t.params())
-        done += 1
-        if on_step is not None:
-            on_step(t.name, session.cursor)
-    return done
+    """Apply ``p`` to a fixpoint as one recorded step (``Session.apply_pass``); returns the
+    number of applications (0: nothing applied, no step recorded)."""
+    if stop and stop():
+        return 0
+    app = session.apply_pass(p.transformation, p.params, stop=stop)
+    if app is None:
+        return 0
+    if on_step is not None:
+        on_step(p.transformation, session.cursor)
+    return session.steps[session.cursor - 1].applications or 0
 
 
 def run_recipe(session: Session, passes: tuple[Pass, ...] = SUBSTATION, *,

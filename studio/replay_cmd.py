@@ -24,6 +24,8 @@ from ir.errors import StudioError
 from studio.reports import dump_json, junit_xml, report_json, write_atomic
 from studio.session import load_original
 from transforms.history import check_model, load
+from transforms.passes import run_pass
+from transforms.registry import create
 from transforms.replay import Checkpoints, StepReport, first_failing, replay
 
 
@@ -119,8 +121,29 @@ def _bisect(oracle: Oracle, checkpoints: Checkpoints, reports: list[StepReport],
                        "from the original model: " + first.summary)
         return
     k = first_failing(0, last, lambda j: not oracle.run_and_check(checkpoints.graph_after(j)).ok)
-    text = _mismatch_text(reports[k], oracle.run_and_check(checkpoints.graph_after(k)))
+    step = checkpoints.history.steps[k - 1]
+    if step.is_pass:
+        text = _bisect_pass(oracle, checkpoints, k, step)
+    else:
+        text = _mismatch_text(reports[k], oracle.run_and_check(checkpoints.graph_after(k)))
     failures[k] = failures[k] + "; " + text if k in failures else text
+
+
+def _bisect_pass(oracle: Oracle, checkpoints: Checkpoints, k: int, step) -> str:
+    """Within pass step ``k``: the first application after which the check fails."""
+    base = checkpoints.graph_after(k - 1)
+    t = create(step.transformation, step.params)
+
+    def run(j: int):
+        g, apps = base.clone(), []
+        run_pass(g, t, k, limit=j, on_apply=apps.append)
+        return g, apps
+
+    j = first_failing(0, step.applications, lambda j: not oracle.run_and_check(run(j)[0]).ok)
+    g, apps = run(j)
+    worst = "; ".join(str(m) for m in oracle.run_and_check(g).mismatches[:3])
+    return (f"first mismatch after step {k} ({step.transformation} pass, application {j} of {step.applications}, "
+            f"at {', '.join(apps[-1].anchors)}): {worst}")
 
 
 def _oracle(graph, proto, hist, args) -> Oracle:

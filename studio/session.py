@@ -29,6 +29,7 @@ from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import History, HistoryError, Step, check_model, load, save
 from transforms.registry import TRANSFORMATIONS, create
+from transforms.passes import run_pass
 from transforms.replay import apply_step
 
 Observer = Callable[[str, Any], None]
@@ -207,13 +208,33 @@ class Session:
         step = Step(name, dict(params or {}), tuple(anchors))
         return self._apply_step(step)
 
+    def apply_pass(self, name: str, params: Mapping[str, Any] | None = None,
+                   stop: Callable[[], bool] | None = None) -> Application | None:
+        """Apply a transformation at every match, to a fixpoint (``transforms.passes``), as one
+        undoable step; None (and no step) when it applies nowhere."""
+        t = create(name, dict(params or {}))
+        graph = self.graph.clone()
+        res = run_pass(graph, t, self._cursor + 1, stop=stop)
+        if not res.applications:
+            return None
+        step = Step(name, t.params(), (), None, res.applications, graph_hash(graph))
+        return self._record(step, graph, res.application)
+
+    def apply_step(self, step: Step) -> Application:
+        """Apply a history step (a single match or a pass); undoable."""
+        return self._apply_step(step)
+
     def _apply_step(self, step: Step) -> Application:
         graph = self._work_copy(step)
+        app = apply_step(graph, step, self._cursor + 1, backup=False)
+        return self._record(step, graph, app)
+
+    def _record(self, step: Step, graph: Graph, app: Application) -> Application:
         ledger = self.ledger.copy()
         ledger.graph = graph
-        app = apply_step(graph, step, self._cursor + 1, backup=False)
         ledger.update(app.removed, app.changed, app.created)
-        step = Step(step.transformation, step.params, step.anchors, ledger.total.bytes)
+        step = Step(step.transformation, step.params, step.anchors, ledger.total.bytes, step.applications,
+                    step.graph_hash)
         del self._states[self._cursor + 1:]
         del self._steps[self._cursor:]
         self._states.append(State(graph, ledger, app))
@@ -228,6 +249,8 @@ class Session:
         (``Graph.clone_sharing`` over the transformation's ``affected`` set), or a full copy
         when that set cannot be known (an unknown transformation or a stale anchor: the
         apply then fails with its own message)."""
+        if step.is_pass:
+            return self.graph.clone()
         try:
             t = create(step.transformation, step.params)
             affected = t.affected(self.graph, Match(t.name, step.anchors))
@@ -353,7 +376,8 @@ class Session:
             raise HistoryError(f"it binds {hist.bindings}, the session {self.bindings}", path=str(path))
         for k, step in enumerate(hist.steps, start=1):
             try:
-                self._apply_step(Step(step.transformation, step.params, step.anchors))
+                self._apply_step(Step(step.transformation, step.params, step.anchors, None, step.applications,
+                                      step.graph_hash))
             except StudioError as e:
                 raise HistoryError(f"step {k} ({step.transformation}): {e.summary}", path=str(path)) from None
             if on_step is not None:

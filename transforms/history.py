@@ -5,7 +5,7 @@ bindings, the training-graph options when the graph was generated, and the
 ordered ``Step``s (transformation name, params, anchor ids, and the expected
 bytes after the step). File format (``format: "dcstudio-history"``)::
 
-    {"format": "dcstudio-history", "version": 2,
+    {"format": "dcstudio-history", "version": 3,
      "model": {"sha256": "…", "name": "bert_layer_base_train.onnx"},
      "bindings": {"batch": 8}, "training": null,
      "steps": [{"transformation": "map_fusion", "params": {}, "anchors": ["a", "b"],
@@ -14,6 +14,9 @@ bytes after the step). File format (``format: "dcstudio-history"``)::
 Version 2 (2026-11): ``training.trainable`` defaults to ``"parameters"`` (the model's own
 parameters); a version-1 file's training options without ``trainable`` meant every float
 initializer, so loading one fills in ``"all"`` and it regenerates the graph it was recorded on.
+Version 3 (2026-11) adds pass steps, ``{"transformation": "map_fusion", "params": {},
+"pass": {"applications": 426, "graph_hash": "…"}}``: the transformation applied to a fixpoint
+(``transforms.passes``); versions 1 and 2 read as before.
 Loading validates the whole schema (nothing is evaluated or unpickled) and says
 what is wrong and where; saving writes atomically (temp file + rename).
 """
@@ -29,7 +32,7 @@ from typing import Any, Mapping
 from ir.errors import StudioError
 
 FORMAT = "dcstudio-history"
-VERSION = 2
+VERSION = 3
 
 
 class HistoryError(StudioError):
@@ -38,14 +41,27 @@ class HistoryError(StudioError):
 
 @dataclass(frozen=True)
 class Step:
+    """One application at ``anchors``, or (``applications`` set) a pass: the transformation
+    applied to a fixpoint (``transforms.passes``), recorded with its application count and
+    the graph hash it produced, which replay checks."""
+
     transformation: str
     params: dict[str, Any]
     anchors: tuple[str, ...]
     bytes_after: int | None = None
+    applications: int | None = None
+    graph_hash: str | None = None
+
+    @property
+    def is_pass(self) -> bool:
+        return self.applications is not None
 
     def to_json(self) -> dict:
-        d: dict = {"transformation": self.transformation, "params": dict(self.params),
-                   "anchors": list(self.anchors)}
+        d: dict = {"transformation": self.transformation, "params": dict(self.params)}
+        if self.is_pass:
+            d["pass"] = {"applications": self.applications, "graph_hash": self.graph_hash}
+        else:
+            d["anchors"] = list(self.anchors)
         if self.bytes_after is not None:
             d["expect"] = {"bytes_after": self.bytes_after}
         return d
@@ -94,15 +110,27 @@ def _step_from_json(k: int, d: Any) -> Step:
     _expect(isinstance(name, str) and name, where, "needs a 'transformation' name")
     params = d.get("params", {})
     _expect(isinstance(params, dict) and _json_scalar_tree(params), where, "'params' must be a JSON object")
-    anchors = d.get("anchors")
-    _expect(isinstance(anchors, list) and all(isinstance(a, str) for a in anchors), where,
-            "'anchors' must be a list of node ids")
     expect = d.get("expect", {})
     _expect(isinstance(expect, dict), where, "'expect' must be an object")
     after = expect.get("bytes_after")
-    _expect(after is None or (isinstance(after, int) and not isinstance(after, bool) and after >= 0), where,
-            "'expect.bytes_after' must be a non-negative integer")
+    _expect(after is None or _count(after), where, "'expect.bytes_after' must be a non-negative integer")
+    if "pass" in d:
+        p = d["pass"]
+        _expect(isinstance(p, dict) and _count(p.get("applications")), where,
+                "'pass.applications' must be a non-negative integer")
+        h = p.get("graph_hash")
+        _expect(h is None or isinstance(h, str) and len(h) == 64 and all(ch in "0123456789abcdef" for ch in h),
+                where, "'pass.graph_hash' must be a sha256 hex digest or null")
+        _expect("anchors" not in d or d["anchors"] == [], where, "a pass step has no anchors")
+        return Step(name, params, (), after, p["applications"], h)
+    anchors = d.get("anchors")
+    _expect(isinstance(anchors, list) and all(isinstance(a, str) for a in anchors), where,
+            "'anchors' must be a list of node ids")
     return Step(name, params, tuple(anchors), after)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def from_json(d: Any) -> History:

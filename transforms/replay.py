@@ -1,7 +1,8 @@
 """Replaying a history on a freshly imported graph, headless, step by step.
 
-``replay(graph, history)`` re-applies every step with ``ir.verify`` after each
-one and returns a ``StepReport`` per step (bytes, bound, ratio, FLOPs, peak
+``replay(graph, history)`` re-applies every step (a single match, or a pass:
+``transforms.passes``, whose application count and graph hash must match the
+recording) with ``ir.verify`` after each one and returns a ``StepReport`` per step (bytes, bound, ratio, FLOPs, peak
 memory, graph hash, and whether ``expect.bytes_after`` held). The first step
 that cannot be applied — unknown transformation, bad parameters, a stale anchor
 (no such node) or a failed check — raises ``ReplayError`` naming the step number,
@@ -23,6 +24,7 @@ from ir.serialize import HashCache, graph_hash
 from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import History, Step
+from transforms.passes import run_pass
 from transforms.registry import create
 
 
@@ -71,6 +73,8 @@ def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None
         t = create(step.transformation, step.params)
     except StudioError as e:
         raise ReplayError(number, step.transformation, e.summary, path=path) from None
+    if step.is_pass:
+        return _apply_pass(graph, t, step, number, path)
     stale = [a for a in step.anchors if a not in graph.nodes]
     if stale:
         raise ReplayError(number, step.transformation,
@@ -80,6 +84,23 @@ def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None
         return engine.apply(graph, t, Match(t.name, step.anchors), number, backup=backup)
     except StudioError as e:
         raise ReplayError(number, step.transformation, e.summary, path=path) from None
+
+
+def _apply_pass(graph: Graph, t, step: Step, number: int, path: str | None) -> Application:
+    """A pass step: the fixpoint again, which must reproduce the recorded count and graph."""
+    try:
+        res = run_pass(graph, t, number, limit=step.applications + 1)     # one more: it must stop there
+    except StudioError as e:
+        raise ReplayError(number, step.transformation, f"pass: {e.summary}", path=path) from None
+    if res.applications != step.applications:
+        raise ReplayError(number, step.transformation,
+                          f"the pass applied {res.applications} times, {step.applications} when the history was "
+                          "recorded (the model or an earlier step differs)", path=path)
+    if step.graph_hash is not None and graph_hash(graph) != step.graph_hash:
+        raise ReplayError(number, step.transformation,
+                          "the pass produced a different graph than when the history was recorded (same number "
+                          "of applications; a transformation changed since?)", path=path)
+    return res.application
 
 
 def initial_report(graph: Graph, ledger: Ledger, hashes: HashCache | None = None) -> StepReport:

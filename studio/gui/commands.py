@@ -17,7 +17,9 @@ from ir.errors import StudioError
 from studio.session import Session
 
 
-def step_text(name: str, anchors: Sequence[str], saved: int | None = None) -> str:
+def step_text(name: str, anchors: Sequence[str], saved: int | None = None, applications: int | None = None) -> str:
+    if applications is not None:                      # a pass step (transforms.passes)
+        return f"{name} pass ×{applications}" + (f"  ({-saved / 1e6:+.2f} MB)" if saved else "")
     where = anchors[0] if len(anchors) == 1 else f"{anchors[0]} +{len(anchors) - 1}" if anchors else "graph"
     gain = f"  ({-saved / 1e6:+.2f} MB)" if saved else ""
     return f"{name} @ {where}{gain}"

@@ -38,7 +38,7 @@ def _replay_value(session: Session, hist: History, token: CancelToken, progress:
     for k, step in enumerate(hist.steps, start=1):
         token.check("replaying the history")
         try:
-            session.apply(step.transformation, step.anchors, step.params)
+            session.apply_step(step)
         except StudioError as e:
             raise HistoryError(f"step {k} ({step.transformation}): {e.summary}") from None
         progress(done + k, total, f"step {k}: {step.transformation}")

@@ -76,7 +76,7 @@ class QtCompareWindow(QWidget):
         self.picker.clear()
         self.picker.addItem("0 — the original graph", 0)
         for k, st in enumerate(self.session.steps, start=1):
-            self.picker.addItem(f"{k} — {step_text(st.transformation, st.anchors)}", k)
+            self.picker.addItem(f"{k} — {step_text(st.transformation, st.anchors, None, st.applications)}", k)
         self.picker.setCurrentIndex(max(0, min(step, self.picker.count() - 1)))
         self.picker.blockSignals(False)
 

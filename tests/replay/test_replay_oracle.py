@@ -46,9 +46,22 @@ class GemmAlphaDrift(Transformation):
         return Touched(changed=(node.id,))
 
 
+@dataclass(frozen=True)
+class GemmAlphaDriftOnce(GemmAlphaDrift):
+    """The same wrong rewrite, applying once per Gemm (alpha still 1), so that a pass stops."""
+
+    name: ClassVar[str] = "gemm_alpha_drift_once"
+
+    def check(self, graph: Graph, match: Match) -> MatchResult:
+        node = graph.nodes.get(match.anchors[0])
+        ok = getattr(node, "op_type", None) == "Gemm" and float(node.attrs.get("alpha", 1.0)) == 1.0
+        return OK if ok else fail("not a Gemm with alpha 1", match.anchors[0])
+
+
 @pytest.fixture(autouse=True)
 def _drift_registered(monkeypatch):
     monkeypatch.setitem(TRANSFORMATIONS, GemmAlphaDrift.name, GemmAlphaDrift)
+    monkeypatch.setitem(TRANSFORMATIONS, GemmAlphaDriftOnce.name, GemmAlphaDriftOnce)
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +129,50 @@ def test_rtol_override_loosens_every_tolerance(histories, capsys):
     code, out, err = _replay(capsys, model, wrong, "--check", "--rtol", "0.05")
     assert code == 0, err
     assert "tolerance overridden: 0.05 for every output" in out
+
+
+@pytest.fixture(scope="module")
+def pass_histories(tmp_path_factory, fixtures_dir):
+    """The 'fuse' recipe as pass steps (expand, map_fusion), and the same followed by a pass of
+    the wrong rewrite."""
+    from studio.recipe import RECIPES, run_recipe
+    d = tmp_path_factory.mktemp("passes")
+    model = d / "mlp_joint_adamw.onnx"
+    shutil.copy(fixtures_dir / "joint_standard/mlp_joint_adamw.onnx", model)
+    s = Session.open(model, autosave=False)
+    run_recipe(s, RECIPES["fuse"])
+    s.save_history(d / "good.json")
+    doc = json.loads((d / "good.json").read_text())
+    doc["steps"].append({"transformation": "gemm_alpha_drift_once", "params": {},
+                         "pass": {"applications": 2, "graph_hash": None}})
+    (d / "wrong.json").write_text(json.dumps(doc))
+    return model, d / "good.json", d / "wrong.json"
+
+
+def test_pass_steps_replay_with_their_recorded_graph(pass_histories, capsys):
+    model, good, _ = pass_histories
+    doc = json.loads(good.read_text())
+    assert [st["transformation"] for st in doc["steps"]] == ["expand", "map_fusion"]
+    assert all(st["pass"]["applications"] > 5 and len(st["pass"]["graph_hash"]) == 64 for st in doc["steps"])
+    code, out, err = _replay(capsys, model, good, "--check")
+    assert code == 0, err
+    assert "replayed 2 steps" in out and "all within tolerance" in out
+
+
+def test_a_pass_that_applies_a_different_number_of_times_is_named(pass_histories, capsys, tmp_path):
+    model, good, _ = pass_histories
+    doc = json.loads(good.read_text())
+    doc["steps"][1]["pass"]["applications"] -= 1
+    (tmp_path / "h.json").write_text(json.dumps(doc))
+    code, _, err = _replay(capsys, model, tmp_path / "h.json")
+    assert code == 2
+    applied = doc["steps"][1]["pass"]["applications"]
+    assert f"step 2 (map_fusion): the pass applied {applied + 1} times, {applied} when the history was recorded" \
+        in err, err
+
+
+def test_a_wrong_application_inside_a_pass_is_bisected_to_it(pass_histories, capsys):
+    model, _, wrong = pass_histories
+    code, _, err = _replay(capsys, model, wrong, "--check")
+    assert code == 1, err
+    assert "first mismatch after step 3 (gemm_alpha_drift_once pass, application 1 of 2, at node_addmm" in err, err

@@ -40,10 +40,12 @@ def test_apply_updates_figures_incrementally(model):
 def test_states_share_untouched_nodes_and_earlier_states_stay_intact(model):
     """Each step copies only the kernels it may touch (``Graph.clone_sharing``): earlier states
     keep their hash after many fusions, and untouched kernels are one object across states."""
-    from studio.recipe import RECIPES, run_recipe
     s = Session.open(model, autosave=False)
     h0 = s.original_hash
-    run_recipe(s, RECIPES["fuse"])
+    _expand_some(s, 1000)
+    mf = create("map_fusion")
+    while (m := next((m for m in mf.matches(s.graph) if mf.check(s.graph, m).ok), None)) is not None:
+        s.apply("map_fusion", m.anchors)
     assert s.cursor > 20
     mid = s.cursor // 2
     h_mid = graph_hash(s.graph_at(mid))
@@ -155,3 +157,24 @@ def test_open_forward_model_as_training_and_replay(fixtures_dir, tmp_path, capsy
     assert __import__("json").loads((tmp_path / "h.json").read_text())["training"] == options
     assert main(["replay", str(fwd), str(tmp_path / "h.json"), "--quiet", "--check"]) == 0
     assert "replayed 3 steps" in capsys.readouterr().out
+
+
+def test_a_pass_is_one_undoable_step_and_its_history_reloads(model, tmp_path):
+    s = Session.open(model, autosave=False)
+    assert s.apply_pass("expand") is not None
+    app = s.apply_pass("map_fusion")
+    assert s.cursor == 2 and app.delta.bytes < 0 and app.anchors == ()
+    assert s.metrics().bytes == report(s.graph).total.bytes
+    assert s.steps[1].is_pass and s.steps[1].applications > 5 and s.steps[1].graph_hash == graph_hash(s.graph)
+    assert s.apply_pass("map_fusion") is None and s.cursor == 2        # a fixpoint: nothing to record
+    h2 = graph_hash(s.graph)
+    s.undo()
+    assert s.metrics().bytes == report(s.graph).total.bytes and graph_hash(s.graph) != h2
+    s.redo()
+    s.save_history(tmp_path / "h.json")
+    s2 = Session.open(model, autosave=False)
+    assert s2.load_history(tmp_path / "h.json") == 2 and graph_hash(s2.graph) == h2
+
+    from studio.gui.loading import open_session
+    opened = open_session(model, [tmp_path / "h.json"], autosave=False)
+    assert opened.error is None and opened.steps == 2 and graph_hash(opened.session.graph) == h2

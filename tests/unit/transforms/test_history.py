@@ -36,7 +36,7 @@ def test_version_1_training_options_keep_their_trainable_default():
 
 @pytest.mark.parametrize("change, message", [
     ({"format": "other"}, "'format' must be 'dcstudio-history'"),
-    ({"version": 3}, "version 3 is newer than this dcstudio understands"),
+    ({"version": 4}, "version 4 is newer than this dcstudio understands"),
     ({"version": "1"}, "'version' must be an integer"),
     ({"model": {"name": "m"}}, "'model' must hold"),
     ({"bindings": {"batch": "8"}}, "'bindings' must map names to integers"),
@@ -76,3 +76,22 @@ def test_save_is_atomic_on_failure(tmp_path, monkeypatch):
         save(h, target)
     assert target.read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["h.json"]
+
+
+def test_pass_steps_round_trip_and_are_validated(tmp_path):
+    h = from_json(_doc(version=3, steps=[{"transformation": "map_fusion", "params": {},
+                                          "pass": {"applications": 12, "graph_hash": "0f" * 32},
+                                          "expect": {"bytes_after": 7}}]))
+    step = h.steps[0]
+    assert step.is_pass and step.anchors == () and step.applications == 12 and step.bytes_after == 7
+    save(h, tmp_path / "p.json")
+    assert load(tmp_path / "p.json") == h
+    assert "anchors" not in json.loads((tmp_path / "p.json").read_text())["steps"][0]
+    for bad, message in [({"applications": -1, "graph_hash": None}, "'pass.applications' must be"),
+                         ({"applications": 3, "graph_hash": "xyz"}, "'pass.graph_hash' must be a sha256"),
+                         ({"applications": True}, "'pass.applications' must be")]:
+        with pytest.raises(HistoryError, match=message):
+            from_json(_doc(version=3, steps=[{"transformation": "expand", "pass": bad}]))
+    with pytest.raises(HistoryError, match="a pass step has no anchors"):
+        from_json(_doc(version=3, steps=[{"transformation": "expand", "anchors": ["a"],
+                                          "pass": {"applications": 1, "graph_hash": None}}]))
