@@ -187,6 +187,7 @@ class LayoutSelect(Transformation):
             return fail(f"{list(perm)} is not a non-trivial permutation of the {len(shape or ())} "
                         f"dimensions of '{name}'", match.anchors[0])
         plan, q = Plan(name, perm), inverse(perm)
+        vanishing = []
         for node in accessors(graph, name):
             try:
                 plan.nodes[node.id] = relayout(graph, node, name, name, q, self.einsum)
@@ -195,7 +196,9 @@ class LayoutSelect(Transformation):
             t = transpose_of(graph, node)
             if t is not None and t.source == name and is_identity(perm_after(t, name, q)) \
                     and t.target not in graph.outputs:
-                self._vanish(graph, plan, t.node_id, t.target)
+                vanishing.append(t)
+        for t in vanishing:      # after every relayout: a reader of both C and the transpose keeps both edits
+            self._vanish(graph, plan, t.node_id, t.target)
         return plan
 
     def _vanish(self, graph: Graph, plan: Plan, ident: str, target: str) -> None:

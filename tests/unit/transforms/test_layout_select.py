@@ -133,3 +133,19 @@ def test_contraction_only_offers_gemm_outputs_and_refuses_maps():
     strided = _strided_graph()                              # the producer there is a map
     assert not list(only.matches(strided))
     assert_fails(strided, only, only.match("add/expanded"), "'add/expanded' is not a contraction (contraction_only)")
+
+
+def test_a_reader_of_both_the_tensor_and_its_vanishing_transpose_keeps_both_edits():
+    """Regression (issue 10, random graphs): y = transpose(h) + h. Storing h transposed makes
+    the transpose vanish; the Add map reads h (re-indexed) and t (renamed to h). The rename was
+    made first and the re-indexing then started again from the original map, so the Add still
+    read the dropped t and the graph failed to verify."""
+    nodes = [helper.make_node("Neg", ["x"], ["h"], name="neg"),
+             helper.make_node("Transpose", ["h"], ["t"], name="tr", perm=[1, 0]),
+             helper.make_node("Add", ["t", "h"], ["y"], name="add")]
+    g = import_proto(model(nodes, [vi("x", [2, 2])], [vi("y", [2, 2])]))
+    lowering.expand_all(g)
+    t = create("layout_select")
+    app, work = assert_applies(g, t, t.match("neg/expanded", "tr/expanded"))
+    assert app.removed == ("tr/expanded",) and "t" not in work.containers
+    assert "y[i0, i1] = (h[i0, i1] + h[i1, i0])" in node_to_text(work.nodes["add/expanded"])
