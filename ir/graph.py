@@ -54,6 +54,7 @@ class Graph:
         self._producer: dict[str, str] = {}
         self._consumers: dict[str, list[str]] = {}
         self._positions: dict[str, int] | None = None   # topological positions, rebuilt on demand
+        self._order_ok: bool | None = True               # is ``nodes`` in a topological order? None: unknown
 
     # --- containers ---------------------------------------------------------------------
     def add_container(self, c: Container) -> Container:
@@ -107,8 +108,7 @@ class Graph:
             self.nodes[node.id] = node
         else:
             items = list(self.nodes.items())
-            pos = [k for k, _ in items].index(before)
-            items.insert(pos, (node.id, node))
+            items.insert(list(self.nodes).index(before), (node.id, node))
             self.nodes = dict(items)
         self._link(node)
         return node
@@ -132,6 +132,7 @@ class Graph:
 
     def _link(self, node: ComputeNode) -> None:
         self._positions = None
+        self._order_ok = None          # a new or rewired node may be read by an earlier one
         for m in node.outputs:
             if m is None:
                 continue
@@ -219,7 +220,14 @@ class Graph:
 
     def is_sorted(self) -> bool:
         """True if ``nodes`` is already in a topological order (every container read is written
-        by an earlier node): one pass over the memlets, no sort."""
+        by an earlier node): one pass over the memlets, no sort; remembered until a node is
+        added or rewired (removing nodes keeps an order topological)."""
+        if getattr(self, "_order_ok", None) is not None:
+            return self._order_ok
+        self._order_ok = self._check_sorted()
+        return self._order_ok
+
+    def _check_sorted(self) -> bool:
         seen: set[str] = set()
         producer = self._producer
         for ident, node in self.nodes.items():
@@ -259,17 +267,41 @@ class Graph:
         return False
 
     def splice(self, remove: Iterable[str], add: Iterable[ComputeNode]) -> None:
-        """Remove nodes ``remove``, add ``add``, and restore a topological order of ``nodes``."""
+        """Remove nodes ``remove``, add ``add``, and restore a topological order of ``nodes``:
+        a single new kernel (a fusion's) moves in front of its first reader when all it reads
+        is written before that, keeping every other node in place; otherwise a full sort."""
+        sorted_before = self.is_sorted()
         for ident in remove:
             self.remove_node(ident)
-        for node in add:
+        added = list(add)
+        for node in added:
             self.add_node(node)
-        self.sort()
+        if not (sorted_before and len(added) == 1 and self._place(added[0])):
+            self.sort()
+
+    def _place(self, node: ComputeNode) -> bool:
+        """Move ``node`` (just appended) in front of its first reader; False if a node it reads
+        comes after that reader (then only a sort can order them)."""
+        ids = list(self.nodes)
+        index = {ident: k for k, ident in enumerate(ids)}
+        last_read = max((index[p] for m in node.inputs if m is not None
+                         and (p := self._producer.get(m.container)) is not None and p != node.id), default=-1)
+        first_reader = min((index[c] for m in node.outputs if m is not None
+                            for c in self._consumers.get(m.container, ()) if c != node.id), default=len(ids))
+        if last_read >= first_reader:
+            return False
+        if first_reader < len(ids):
+            ids.insert(first_reader, ids.pop())
+            self.nodes = {ident: self.nodes[ident] for ident in ids}
+        self._order_ok = True
+        self._positions = {ident: k for k, ident in enumerate(ids)}
+        return True
 
     def sort(self) -> None:
         """Reorder ``nodes`` topologically (stable w.r.t. the current order)."""
         if not self.is_sorted():
             self.nodes = {n.id: n for n in self.topo_order()}
+            self._order_ok = True
 
     def kernels(self) -> list[ComputeNode]:
         """Top-level ops and maps: one launch each."""
