@@ -74,7 +74,7 @@ class ConstantValues:
 
     def _evaluate(self, node: NodeProto, name: str) -> np.ndarray:
         if node.op_type == "Constant":
-            return _constant_attr(node)
+            return constant_attr(node)
         if node.op_type in ("Shape", "Size"):
             shape = self._types[node.input[0]][1]
             if node.op_type == "Size":
@@ -89,7 +89,8 @@ class ConstantValues:
         return self._cache[name]
 
 
-def _constant_attr(node: NodeProto) -> np.ndarray:
+def constant_attr(node: NodeProto) -> np.ndarray:
+    """The value of a ``Constant`` node (``value`` or ``value_float(s)``/``value_int(s)``)."""
     attrs = attrs_from_onnx(node)
     if "value" in attrs:
         return np.asarray(attrs["value"])
@@ -97,4 +98,4 @@ def _constant_attr(node: NodeProto) -> np.ndarray:
                        ("value_int", np.int64), ("value_ints", np.int64)):
         if key in attrs:
             return np.asarray(attrs[key], dtype=dtype)
-    raise ValueError(f"Constant node '{node.name}' has no supported value attribute")
+    raise ValueError(f"unsupported Constant attributes {sorted(attrs)}")

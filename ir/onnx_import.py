@@ -23,6 +23,7 @@ from onnx import ModelProto, numpy_helper
 
 from ir import dtypes
 from ir.claimed_ops import CLAIMED_OPS, is_claimed
+from ir.constant_values import constant_attr
 from ir.containers import Container, Role
 from ir.errors import ModelImportError, ShapeError, UnsupportedOpError
 from ir.graph import Graph
@@ -115,7 +116,7 @@ def _fold_constant_nodes(model: ModelProto, path: str | None) -> None:
             keep.append(node)
             continue
         try:
-            value = _constant_value(node)
+            value = constant_attr(node)
         except (UnsupportedAttribute, ValueError) as e:
             raise ModelImportError(f"Constant node cannot be read: {e}", _ProtoNode(node, k), path=path,
                                    hint="Re-export the model") from None
@@ -123,17 +124,6 @@ def _fold_constant_nodes(model: ModelProto, path: str | None) -> None:
         g.initializer.append(t)
     del g.node[:]
     g.node.extend(keep)
-
-
-def _constant_value(node) -> np.ndarray:
-    attrs = attrs_from_onnx(node)
-    if "value" in attrs:
-        return np.asarray(attrs["value"])
-    for key, dt in (("value_float", np.float32), ("value_floats", np.float32),
-                    ("value_int", np.int64), ("value_ints", np.int64)):
-        if key in attrs:
-            return np.asarray(attrs[key], dtype=dt)
-    raise ValueError(f"unsupported Constant attributes {sorted(attrs)}")
 
 
 def _check_support(model: ModelProto, path: str | None) -> None:
