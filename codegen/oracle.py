@@ -17,10 +17,11 @@
 
 For each output ``o``: ``err(x) = max|x - truth| / scale_o`` (``comparison_scales``: the
 output's max magnitude, or for gradients, optimizer state and parameters the largest of
-their kind) and ``tolerance_o = K × max(err(baseline), u)``, ``u`` the unit roundoff of the
+their kind) and ``tolerance_o = K × max(err(baseline), u)`` (for those three kinds, the worst
+err(baseline) of the kind: ``_tolerances``), ``u`` the unit roundoff of the
 output's dtype (2^-24 for float32), or ``K_SIMULATED × err(simulated)`` where that is larger. A lossy transformation's stated tolerance widens it
 (``widened_to``). Integer and bool outputs must equal the reference executor's fp32 run of
-the original exactly. K = 16 (see ``K``). Where the graph cannot run in float64 the truth
+the original exactly. K = 32 (see ``K``). Where the graph cannot run in float64 the truth
 is the fp32 baseline itself and every float output gets ``FALLBACK_TOLERANCE``; the summary
 says so.
 """
@@ -40,7 +41,9 @@ from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
 
-K = 16.0                    # measured: see tests/unit/codegen/test_oracle.py and the README section
+K = 32.0                    # measured: 1.5x the worst correct implementation seen (21.6 u where onnxruntime's
+                            # worst gradient error is 1.16 u: the exported ShuffleNet-style zoo model); a 1e-3
+                            # bug still exceeds it ~130x. See tests/unit/codegen/test_oracle.py and the README
 K_SIMULATED = 2.0           # the simulated run is already a pessimistic fp32 implementation (measured:
                             # 4-10x a sequential fp32 sum's error); 2x covers the spread of its draw
 FALLBACK_TOLERANCE = 1e-4   # when no float64 truth exists (and no error can be derived)
@@ -67,6 +70,22 @@ def comparison_scales(graph: Graph, outputs: Mapping[str, np.ndarray]) -> dict[s
     role = {n: graph.containers[n].role if n in graph.containers else Role.TRANSIENT for n in outputs}
     group = {r: max((mags[n] for n in outputs if role[n] is r), default=0.0) for r in GROUPED_ROLES}
     return {n: max(group[role[n]] if role[n] in group else mags[n], 1e-30) for n in outputs}
+
+
+def _tolerances(graph: Graph, errs: dict[str, float], sim_errs: dict[str, float], k: float) -> dict[str, float]:
+    """``K × max(err, u)`` per output, where for gradients, optimizer state and parameters err is
+    the worst baseline error of their kind: those are measured against one scale per kind
+    (``comparison_scales``), and one output's baseline error is a single draw — onnxruntime
+    may land within 0.5 u on a bias gradient that another correct fp32 implementation gets
+    within 17 u (measured on the ShuffleNet-style zoo model). With a simulated fp32 run, at
+    least ``K_SIMULATED ×`` its error."""
+    role = {n: graph.containers[n].role if n in graph.containers else Role.TRANSIENT for n in errs}
+    worst = {r: max((e for n, e in errs.items() if role[n] is r), default=0.0) for r in GROUPED_ROLES}
+    tols = {}
+    for n, e in errs.items():
+        u = unit_roundoff(truth_dtype(graph, n))
+        tols[n] = max(k * max(worst.get(role[n], e), u), K_SIMULATED * sim_errs.get(n, 0.0))
+    return tols
 
 
 def _max_abs(v) -> float:
@@ -136,15 +155,10 @@ class Oracle:
         simulate = truth_ok and floats and base_name == REFERENCE
         sim = simulated_fp32(graph, feeds) if simulate else {}
         scales = comparison_scales(graph, {n: truth[n] for n in floats})
-        errs, tols = {}, {}
-        for n in floats:
-            u = unit_roundoff(truth_dtype(graph, n))
-            errs[n] = error(base[n], truth[n], scales[n]) if truth_ok else 0.0
-            tols[n] = k * max(errs[n], u) if truth_ok else FALLBACK_TOLERANCE
-            if simulate:
-                sim_err = error(sim[n], truth[n], scales[n])
-                errs[n] = max(errs[n], sim_err)
-                tols[n] = max(tols[n], K_SIMULATED * sim_err)
+        errs = {n: error(base[n], truth[n], scales[n]) if truth_ok else 0.0 for n in floats}
+        sim_errs = {n: error(sim[n], truth[n], scales[n]) for n in floats} if simulate else {}
+        tols = _tolerances(graph, errs, sim_errs, k) if truth_ok else {n: FALLBACK_TOLERANCE for n in floats}
+        errs = {n: max(e, sim_errs.get(n, 0.0)) for n, e in errs.items()}
         ints = [n for n in graph.outputs if n not in floats]
         if ints and ref32 is None:
             ref32 = run_reference(graph, feeds)

@@ -141,8 +141,9 @@ def header(graph: Graph, history: Sequence | None, version: str) -> str:
     lines.append(f"# history: {len(steps)} step{'s' if len(steps) != 1 else ''}")
     for k, step in enumerate(steps, start=1):
         params = comment(step.params, 60) if step.params else ""
-        anchors = ", ".join(step.anchors)
-        lines.append(f"#   {k}. {comment(step.transformation, 40)} {params} @ {comment(anchors, 120)}")
+        where = (f"pass ×{step.applications}" if getattr(step, "applications", None) is not None
+                 else "@ " + comment(", ".join(step.anchors), 120))
+        lines.append(f"#   {k}. {comment(step.transformation, 40)} {params} {where}")
     return "\n".join(lines) + "\n"
 
 

@@ -146,3 +146,20 @@ def test_without_onnxruntime_a_simulated_fp32_run_sets_the_tolerance():
     wrong = sequential.copy()
     wrong[1] += np.float32(1e-3 * o.scales["m"])
     assert not o.check({"m": wrong}).ok
+
+
+def test_gradients_share_the_worst_baseline_error_of_their_kind(fixtures_dir):
+    """One output's baseline error is a single draw; gradients (and optimizer state, parameters)
+    are measured against one scale per kind, so each gets K × the worst baseline error of its kind."""
+    from ir.containers import Role
+    from ir.onnx_load import read_model
+    path = fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx"
+    g = import_model(path)
+    o = Oracle.of(g, read_model(path))
+    grads = [n for n in o.truth if g.containers[n].role is Role.GRADIENT]
+    worst = max(o.baseline_errors[n] for n in grads)
+    assert len(grads) >= 4 and min(o.baseline_errors[n] for n in grads) < worst
+    for n in grads:
+        assert o.tolerances[n] == pytest.approx(K * max(worst, U32))
+    loss = next(n for n in o.truth if g.containers[n].role is Role.OUTPUT)
+    assert o.tolerances[loss] == pytest.approx(K * max(o.baseline_errors[loss], U32))

@@ -1,0 +1,122 @@
+"""The model zoo: whole models nobody on the team wrote, at the smallest sizes that still
+exercise their ops, each exported by the torch exporter users would use for it.
+
+``ZOO[name]`` is a ``ZooModel``: ``forward()`` returns the exported forward ``ModelProto``
+(random weights, fixed seeds), and ``loss`` is what ``dcstudio train-graph`` trains it with.
+
+- torchvision CNNs (``torchvision.models``, random init, 10 classes, 64×64 inputs, so that the
+  last stride-32 stage keeps 2×2 pixels: at 32×32 it has one, BatchNorm over a batch of two
+  single pixels maps every value to ±1, the gradients upstream of it are pure rounding noise,
+  and AdamW's first step turns that noise into ±lr updates no two fp32 runs agree on): ``resnet18``, ``mobilenet_v3_small`` (hardswish,
+  squeeze-excitation) and ``efficientnet_b0`` (SiLU, MBConv, squeeze-excitation); the
+  TorchScript exporter in training mode, so BatchNorm keeps its batch statistics.
+- Hugging Face-style transformers (``tests/peer/hf_style_models``): a GPT-2 block stack
+  (tied ``lm_head``, boolean causal mask, tanh-GELU with ``pow``; trained with MSE, the set-up
+  in which a Pow-backward map fusion once corrupted the Adam moments), a ViT (patch-embedding
+  conv, class token), a BERT encoder by **both** exporters (dynamo at opset 18 with its
+  optimizer; TorchScript, whose position ids are a Shape → Gather → Expand subgraph) and a
+  Swin stage (windows padded with ``Pad``, ``torch.roll`` shifted windows, a gathered
+  relative-position bias).
+- ``shufflenet_style``: ShuffleNet-V2 units built here, with the channel split
+  (``chunk`` → Split) and the channel shuffle (reshape / transpose / reshape).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import onnx
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.peer.hf_style_models import BertClassifier, GPT2LMHead, SwinClassifier, ViTClassifier, export, randomize
+from tests.zoo.torchvision_cpu import models as torchvision_models
+
+IMAGE = (2, 3, 64, 64)
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    build: Callable[[], nn.Module]
+    inputs: Callable[[torch.Generator], tuple]
+    names: tuple[str, ...]
+    dynamo: bool
+    loss: str = "cross_entropy"
+    randomize: bool = False
+
+    def forward(self) -> onnx.ModelProto:
+        torch.manual_seed(0)
+        module = self.build()
+        if self.randomize:
+            randomize(module)
+        args = self.inputs(torch.Generator().manual_seed(1))
+        return export(module, args, dynamo=self.dynamo, names=self.names, training=not self.dynamo)
+
+
+def _image(g: torch.Generator) -> tuple:
+    return (torch.randn(*IMAGE, generator=g),)
+
+
+def _tokens(g: torch.Generator) -> tuple:
+    ids = torch.randint(0, 64, (2, 16), generator=g)
+    return ids, torch.arange(16).unsqueeze(0)
+
+
+def _bert_tokens(g: torch.Generator) -> tuple:
+    ids = torch.randint(0, 64, (2, 16), generator=g)
+    return ids, torch.zeros_like(ids), torch.arange(16).unsqueeze(0)
+
+
+def _torchvision(name: str, **kw) -> Callable[[], nn.Module]:
+    return lambda: getattr(torchvision_models(), name)(num_classes=10, **kw)
+
+
+class ShuffleUnit(nn.Module):
+    """A ShuffleNet-V2 unit with stride 1: split the channels in two, transform one half
+    (1×1 conv, BN, ReLU, depthwise 3×3, BN, 1×1 conv, BN, ReLU), concatenate, shuffle."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        h = c // 2
+        self.branch = nn.Sequential(nn.Conv2d(h, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU(),
+                                    nn.Conv2d(h, h, 3, 1, 1, groups=h, bias=False), nn.BatchNorm2d(h),
+                                    nn.Conv2d(h, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU())
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=1)
+        y = torch.cat((a, self.branch(b)), dim=1)
+        n, c, hh, ww = y.shape
+        return y.view(n, 2, c // 2, hh, ww).transpose(1, 2).reshape(n, c, hh, ww)
+
+
+class ShuffleNetStyle(nn.Module):
+    def __init__(self, c: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU())
+        self.units = nn.Sequential(ShuffleUnit(c), ShuffleUnit(c))
+        self.fc = nn.Linear(c, classes)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(self.units(self.stem(x)), 1).flatten(1))
+
+
+ZOO: dict[str, ZooModel] = {m.name: m for m in [
+    ZooModel("resnet18", _torchvision("resnet18"), _image, ("input",), dynamo=False),
+    ZooModel("mobilenet_v3_small", _torchvision("mobilenet_v3_small", dropout=0.0), _image, ("input",),
+             dynamo=False),
+    ZooModel("efficientnet_b0", _torchvision("efficientnet_b0", dropout=0.0, stochastic_depth_prob=0.0), _image,
+             ("input",), dynamo=False),
+    ZooModel("vit_dynamo", ViTClassifier, lambda g: (torch.randn(2, 3, 16, 16, generator=g),), ("pixel_values",),
+             dynamo=True, randomize=True),
+    ZooModel("gpt2_dynamo", GPT2LMHead, _tokens, ("input_ids", "position_ids"), dynamo=True, loss="mse",
+             randomize=True),
+    ZooModel("bert_dynamo", BertClassifier, _bert_tokens, ("input_ids", "token_type_ids", "position_ids"),
+             dynamo=True, randomize=True),
+    ZooModel("bert_legacy", BertClassifier, lambda g: (torch.randint(0, 64, (2, 16), generator=g),),
+             ("input_ids",), dynamo=False),
+    ZooModel("swin_legacy", SwinClassifier, lambda g: (torch.randn(2, 3, 20, 20, generator=g),), ("pixel_values",),
+             dynamo=False),
+    ZooModel("shufflenet_style", ShuffleNetStyle, _image, ("input",), dynamo=False),
+]}
