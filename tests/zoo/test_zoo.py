@@ -1,0 +1,93 @@
+"""The model-zoo matrix: the whole pipeline, as a user runs it, on models nobody here wrote.
+
+For every model of ``tests.zoo.models.ZOO`` (torchvision CNNs, Hugging Face-style transformers
+by both torch exporters, a Swin stage, a ShuffleNet-style channel split):
+
+1. the forward model is exported by torch (random weights, fixed seeds);
+2. ``dcstudio train-graph`` generates its training step (cross-entropy, AdamW; the default
+   trainable set, the model's parameters);
+3. ``dcstudio recipe`` runs the Substation recipe and saves the history;
+4. ``dcstudio replay --check`` replays it headless against the **original** training graph
+   (onnxruntime fp32 vs the float64 truth, derived tolerances) and must pass;
+5. ``dcstudio export`` writes the CPU package, and its own ``python -m PKG --check`` (against
+   the original model's stored truth) must pass in a fresh process.
+
+Every row must pass; there is no xfail. Each row's bytes before/after, the bound, the check
+lines and the seconds per stage go to the terminal summary (``conftest.py``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+
+pytest.importorskip("numba", reason="numba (the cpu extra) is not installed: the zoo exports CPU packages")
+
+from studio.cli import main  # noqa: E402
+from tests.zoo.models import ZOO  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS: dict[str, dict] = {}        # read by conftest.py's terminal summary
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_pipeline(name, tmp_path, capsys):
+    row: dict = {"model": name}
+    times = row["seconds"] = {}
+    t = time.perf_counter()
+    forward, train, hist = tmp_path / f"{name}.onnx", tmp_path / f"{name}_train.onnx", tmp_path / "history.json"
+    onnx.save(ZOO[name].forward(), forward)
+    times["export forward"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    code, out, err = _cli(capsys, "train-graph", forward, "--loss", ZOO[name].loss, "--optimizer", "adamw",
+                          "-o", train)
+    assert code == 0, err
+    assert out.startswith("trains "), out
+    times["train-graph"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    code, out, err = _cli(capsys, "recipe", train, "-o", hist, "--quiet")
+    assert code == 0, err
+    times["recipe"] = time.perf_counter() - t
+    row["steps"] = len(json.loads(hist.read_text())["steps"])
+
+    t = time.perf_counter()
+    report = tmp_path / "replay.json"
+    code, out, err = _cli(capsys, "replay", train, hist, "--check", "--quiet", "--json", report)
+    times["replay --check"] = time.perf_counter() - t
+    assert code == 0, out + err
+    check = next(line for line in out.splitlines() if line.startswith("check: "))
+    assert "compared with the original model" in check and "all within tolerance" in check, check
+    summary = json.loads(report.read_text())["summary"]
+    row.update(bytes_before=summary["bytes_before"], bytes_after=summary["bytes_after"], bound=summary["bound"],
+               replay_check=check.removeprefix("check: "))
+    assert summary["bytes_after"] < summary["bytes_before"], summary
+
+    t = time.perf_counter()
+    pkg = tmp_path / f"zoo_{name}"
+    code, out, err = _cli(capsys, "export", train, hist, "-o", pkg)
+    assert code == 0, err
+    times["export"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-m", pkg.name, "--check"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    times["module --check"] = time.perf_counter() - t
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row["module_check"] = proc.stdout.strip().splitlines()[-1]
+    ROWS[name] = row
