@@ -236,7 +236,8 @@ def _softmax(b: Builder, phase: str) -> Value | None:
 
 
 def _layernorm(b: Builder, phase: str) -> Value | None:
-    cands = [v for v in b.pool if len(v.shape) >= 2 and v.shape[-1] >= 2 and v.mag <= 100]
+    # rows of 3 or more: over 2 columns x̂ = ±1, and sums of the output across rows cancel to noise
+    cands = [v for v in b.pool if len(v.shape) >= 2 and v.shape[-1] >= 3 and v.mag <= 100]
     if not cands:
         return None
     a = b.operand(cands)
