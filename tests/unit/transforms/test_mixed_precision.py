@@ -182,3 +182,25 @@ def test_a_gemm_reading_bfloat16_keeps_a_float32_product():
     a = np.tanh(feeds["x"]).astype(ml_dtypes.bfloat16).astype(np.float64)
     want = (a @ np.linspace(-1, 1, 12).reshape(4, 3)).astype(np.float32)
     np.testing.assert_allclose(run(work, feeds)["y"], want, rtol=1e-6, atol=0)
+
+
+@pytest.mark.xfail(strict=True, reason="codegen/numpy_ref/fused.py computes an epilogue GEMM's product with the plain "
+                   "kernel and no output dtype, so it is still rounded to operand 0's dtype (issue 10)")
+def test_a_gemm_with_an_epilogue_reading_bfloat16_keeps_a_float32_product():
+    """As above, for a contraction that carries an epilogue (``gemm_epilogue_fusion``): the
+    product ``@acc`` (acc_dtype float32) must be the wide product of the rounded operand, not
+    that product rounded to bfloat16 before the epilogue runs."""
+    import ml_dtypes
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12).astype(np.float32).reshape(4, 3), "w")
+    nodes = [mk("Tanh", ["x"], ["a"], name="act"), mk("MatMul", ["a", "w"], ["p"], name="mm"),
+             mk("Neg", ["p"], ["y"], name="neg")]
+    g = import_proto(model(nodes, [vi("x", [2, 4])], [vi("y", [2, 3])], [w]))
+    lowering.expand_all(g)
+    epi = create("gemm_epilogue_fusion")
+    engine.apply(g, epi, epi.match("mm", "neg/expanded"))
+    t = create("mixed_precision")
+    _, work = assert_applies(g, t, t.match("act/expanded"), rtol=BF16_RTOL)
+    feeds = feeds_for(g)
+    a = np.tanh(feeds["x"]).astype(ml_dtypes.bfloat16).astype(np.float64)
+    want = (-(a @ np.linspace(-1, 1, 12).reshape(4, 3))).astype(np.float32)
+    np.testing.assert_allclose(run(work, feeds)["y"], want, rtol=1e-6, atol=0)
