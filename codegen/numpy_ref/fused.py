@@ -25,7 +25,8 @@ def _contract(op_type: str, inputs: Inputs, attrs: dict[str, Any], ctx: OpContex
     domain = attrs.get("gemm_domain", "")
     fn = lookup(domain, op_type)
     plain = {k: v for k, v in attrs.items() if k not in EPILOGUE_KEYS}
-    sub = OpContext(opset=ctx.opset, n_outputs=1, label=ctx.label, extra=ctx.extra)
+    acc = dtypes.to_numpy(attrs["acc_dtype"]) if attrs.get("acc_dtype") else None
+    sub = OpContext(opset=ctx.opset, n_outputs=1, label=ctx.label, output_dtypes=(acc,), extra=ctx.extra)
     return np.asarray(fn(list(inputs[:attrs["gemm_inputs"]]), plain, sub)[0])
 
 

@@ -184,8 +184,6 @@ def test_a_gemm_reading_bfloat16_keeps_a_float32_product():
     np.testing.assert_allclose(run(work, feeds)["y"], want, rtol=1e-6, atol=0)
 
 
-@pytest.mark.xfail(strict=True, reason="codegen/numpy_ref/fused.py computes an epilogue GEMM's product with the plain "
-                   "kernel and no output dtype, so it is still rounded to operand 0's dtype (issue 10)")
 def test_a_gemm_with_an_epilogue_reading_bfloat16_keeps_a_float32_product():
     """As above, for a contraction that carries an epilogue (``gemm_epilogue_fusion``): the
     product ``@acc`` (acc_dtype float32) must be the wide product of the rounded operand, not
