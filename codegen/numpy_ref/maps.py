@@ -150,7 +150,9 @@ def _run_tasklet(t: Tasklet, scope: _Scope, env, outputs, locals_) -> None:
 def _store(arr: np.ndarray, key: tuple, val: np.ndarray, mem: Memlet, scope: _Scope, depth: int) -> None:
     full = scope.shape
     if not mem.wcr:
-        if key:
+        if key and all(np.ndim(k) == 0 for k in key) and np.size(val) == 1:
+            arr[key] = np.reshape(val, ())     # one element, from a map whose extents are all 1
+        elif key:
             shape = np.broadcast_shapes(*(np.shape(k) for k in key), np.shape(val))
             arr[key] = np.broadcast_to(val, shape)
         else:
