@@ -20,10 +20,11 @@ from an input) is taken from one onnxruntime run on inputs of the declared shape
 from __future__ import annotations
 
 import numpy as np
-from onnx import ModelProto, TensorProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
 from ir import dtypes
 from ir.constant_values import FOLDABLE, ConstantValues
+from ir.errors import ShapeError
 
 INTEGER = {TensorProto.INT64, TensorProto.INT32}
 _SHAPE_OPS = FOLDABLE | {"Shape", "Size", "Constant"}
@@ -105,17 +106,31 @@ def infer_folding(model: ModelProto, opsets: dict[str, int], infer, rounds: int 
     for _ in range(rounds):
         if not unknown_outputs(model, types):
             break
+        nodes, n_inits = [_copy(n) for n in model.graph.node], len(model.graph.initializer)
         n = fold_shape_inputs(model, types, opsets)
         if not n:
             break
+        try:
+            types = infer(model)
+        except ShapeError:
+            # onnx's data propagation can trip over values it now knows (a Sub of two int64
+            # matrices is taken for a Sub of two shape vectors): keep the graph unfolded
+            del model.graph.node[:]
+            model.graph.node.extend(nodes)
+            del model.graph.initializer[n_inits:]
+            types = infer(model)
+            break
         counts["folded"] = counts.get("folded", 0) + n
-        types = infer(model)
     unknown = [n for n in unknown_outputs(model, types) if n not in shapes_from_input_values(model, types)]
     if unknown:
         n = probe_shapes(model, types, unknown)
         if n:
-            counts["probed"] = n
-            types = infer(model)
+            try:
+                types = infer(model)
+                counts["probed"] = n
+            except ShapeError:                 # the same data-propagation trip as above: undo
+                del model.graph.value_info[len(model.graph.value_info) - n:]
+                types = infer(model)
     return types, counts
 
 
@@ -153,6 +168,12 @@ def shapes_from_input_values(model: ModelProto, types: dict[str, tuple]) -> set[
     return shaped
 
 
+def _copy(node: NodeProto) -> NodeProto:
+    c = NodeProto()
+    c.CopyFrom(node)
+    return c
+
+
 def _is_integer(dtype_name: str) -> bool:
     return dtype_name.startswith(("int", "uint")) or dtype_name == "bool"
 
@@ -188,7 +209,9 @@ def probe_shapes(model: ModelProto, types: dict[str, tuple], names: list[str]) -
         if n not in outs:
             probe.graph.output.append(helper.make_tensor_value_info(n, dtypes.NAME_TO_ONNX[types[n][0]], None))
     try:
-        sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        options.log_severity_level = 3                      # errors only: no notes on stderr
+        sess = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
         got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     except Exception:  # noqa: BLE001 - any failure means "no shapes from onnxruntime"
         return 0
