@@ -14,7 +14,7 @@ built once per session). No Qt here: the GUI's QUndoCommands call these methods.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -233,8 +233,7 @@ class Session:
         ledger = self.ledger.copy()
         ledger.graph = graph
         ledger.update(app.removed, app.changed, app.created)
-        step = Step(step.transformation, step.params, step.anchors, ledger.total.bytes, step.applications,
-                    step.graph_hash)
+        step = replace(step, bytes_after=ledger.total.bytes)
         del self._states[self._cursor + 1:]
         del self._steps[self._cursor:]
         self._states.append(State(graph, ledger, app))
@@ -376,8 +375,7 @@ class Session:
             raise HistoryError(f"it binds {hist.bindings}, the session {self.bindings}", path=str(path))
         for k, step in enumerate(hist.steps, start=1):
             try:
-                self._apply_step(Step(step.transformation, step.params, step.anchors, None, step.applications,
-                                      step.graph_hash))
+                self._apply_step(replace(step, bytes_after=None))
             except StudioError as e:
                 raise HistoryError(f"step {k} ({step.transformation}): {e.summary}", path=str(path)) from None
             if on_step is not None:

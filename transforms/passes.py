@@ -33,14 +33,13 @@ SWEEPS = 1_000         # a fixpoint is reached long before this; more means a tr
 class PassResult:
     application: Application
     applications: int
-    sweeps: int
 
 
 def run_pass(graph: Graph, t: Transformation, step: int, *, limit: int = 100_000,
              stop: Callable[[], bool] | None = None,
              on_apply: Callable[[Application], None] | None = None) -> PassResult:
     """Apply ``t`` to a fixpoint in place (see the module docstring). ``on_apply`` hears each
-    application (a session keeps its ledger current with it); ``stop`` ends the pass early."""
+    application (bisection inside a pass names one); ``stop`` ends the pass early."""
     before = set(graph.nodes)
     touched: set[str] = set()
     delta, count, sweeps = Estimate(), 0, 0
@@ -69,5 +68,4 @@ def run_pass(graph: Graph, t: Transformation, step: int, *, limit: int = 100_000
     created = tuple(i for i in graph.nodes if i not in before)
     removed = tuple(sorted(before - after))
     changed = tuple(i for i in graph.nodes if i in before and i in touched)
-    return PassResult(Application(t.name, t.params(), (), created, removed, changed, delta, step),
-                      count, sweeps)
+    return PassResult(Application(t.name, t.params(), (), created, removed, changed, delta, step), count)
