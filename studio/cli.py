@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -143,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"dcstudio: error: {e.summary}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # the reader went away (`dcstudio inspect M | head`): no traceback, and none at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13                                   # as a shell reports SIGPIPE
     except KeyboardInterrupt:
         print("dcstudio: interrupted", file=sys.stderr)
         return 130

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from ir.movement import report
 from ir.onnx_import import import_model
 from studio.cli import main, parse_bindings
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_inspect_prints_table_totals_bound_and_ratio(fixtures_dir, capsys):
@@ -51,3 +56,13 @@ def test_ops_lists_claimed_ops(capsys):
 
 def test_parse_bindings():
     assert parse_bindings(["batch=8", " seq = 128"]) == {"batch": 8, "seq": 128}
+
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(fixtures_dir):
+    """``dcstudio inspect MODEL | head``: the reader closes the pipe (here ``true`` closes it before
+    the table is written, after its ~1 s start-up); exit 141 as a shell reports SIGPIPE, no traceback."""
+    model = fixtures_dir / "ort_artifacts/mlp/legacy/train_step_adamw.onnx"
+    proc = subprocess.run(f"{sys.executable} -m studio.cli inspect {model} | true; echo ${{PIPESTATUS[0]}}",
+                          shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
+    assert proc.stdout.strip() == "141" and proc.stderr == "", proc.stdout + proc.stderr
