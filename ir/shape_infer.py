@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from onnx import ModelProto, TypeProto, ValueInfoProto, helper, shape_inference
+from onnx import ModelProto, TensorProto, TypeProto, ValueInfoProto, helper, shape_inference
 
 from ir import dtypes
 from ir.errors import ShapeError
@@ -103,8 +103,7 @@ class _NodeRef:
 
 def infer_types(model: ModelProto, opsets: dict[str, int], path: str | None = None) -> dict[str, TensorType]:
     """Types and shapes of all values that can be inferred (name -> (dtype, shape))."""
-    work = ModelProto()
-    work.CopyFrom(model)
+    work = _without_weights(model)
     _declare_outputs(work, _known(work))
     for _ in range(8):
         work = _run_onnx(work, path)
@@ -117,6 +116,41 @@ def infer_types(model: ModelProto, opsets: dict[str, int], path: str | None = No
                 helper.make_tensor_value_info(name, dtypes.NAME_TO_ONNX[dt], list(shape)))
         _declare_outputs(work, added)
     return _known(work)
+
+
+_KEPT_VALUES = 64            # float initializers up to this size keep their values (Resize scales)
+_KEPT_INTEGERS = 4096        # integer ones (shapes, axes, indices) up to this size
+_FLOATING = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def _without_weights(model: ModelProto) -> ModelProto:
+    """A copy of ``model`` for shape inference whose large initializers are typed graph inputs
+    instead: no op's output shape depends on a weight's values, and onnx's inference serializes
+    and copies the model on every run (three copies of 350 MB for a 12-layer BERT-base step)."""
+    work = ModelProto()
+    g, wg = model.graph, work.graph
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+        setattr(work, field, getattr(model, field))
+    work.opset_import.extend(model.opset_import)
+    work.functions.extend(model.functions)
+    wg.name = g.name
+    wg.node.extend(g.node)
+    wg.input.extend(g.input)
+    wg.output.extend(g.output)
+    wg.value_info.extend(g.value_info)
+    wg.sparse_initializer.extend(g.sparse_initializer)
+    inputs = {vi.name for vi in g.input}
+    for init in g.initializer:
+        n = 1
+        for d in init.dims:
+            n *= int(d)
+        floating = init.data_type in _FLOATING
+        if n > (_KEPT_VALUES if floating else _KEPT_INTEGERS):
+            if init.name not in inputs:
+                wg.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        else:
+            wg.initializer.append(init)
+    return work
 
 
 def _declare_outputs(model: ModelProto, types: dict[str, TensorType]) -> None:
