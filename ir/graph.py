@@ -52,7 +52,7 @@ class Graph:
         self.ids = IdAuthority()
         self._access_ids: dict[str, str] = {}
         self._producer: dict[str, str] = {}
-        self._consumers: dict[str, list[str]] = {}
+        self._consumers: dict[str, list[str]] = {}     # lists replaced on change, never edited: clones share them
         self._positions: dict[str, int] | None = None   # topological positions, rebuilt on demand
         self._order_ok: bool | None = True               # is ``nodes`` in a topological order? None: unknown
 
@@ -123,9 +123,9 @@ class Graph:
     def rewire(self, node: ComputeNode) -> None:
         """Recompute use-def entries of ``node`` after its memlets changed (old entries are
         found by node id, since the memlets that made them are gone)."""
-        for users in self._consumers.values():
-            while node.id in users:
-                users.remove(node.id)
+        for name, users in list(self._consumers.items()):
+            if node.id in users:
+                self._consumers[name] = [u for u in users if u != node.id]
         for name in [c for c, p in self._producer.items() if p == node.id]:
             del self._producer[name]
         self._link(node)
@@ -142,7 +142,7 @@ class Graph:
                                  node, self, hint="Every container has exactly one writer")
             self._producer[m.container] = node.id
         for name in {m.container for m in node.inputs if m is not None}:
-            self._consumers.setdefault(name, []).append(node.id)
+            self._consumers[name] = self._consumers.get(name, []) + [node.id]
 
     def _unlink(self, node: ComputeNode) -> None:
         self._positions = None
@@ -152,7 +152,7 @@ class Graph:
         for name in {m.container for m in node.inputs if m is not None}:
             users = self._consumers.get(name, [])
             if node.id in users:
-                users.remove(node.id)
+                self._consumers[name] = [u for u in users if u != node.id]
 
     def producer(self, container: str) -> ComputeNode | None:
         ident = self._producer.get(container)
@@ -322,14 +322,20 @@ class Graph:
         g = copy.copy(self)
         deep = copied if isinstance(copied, (set, dict)) else set(copied)
         g.containers = dict(self.containers)
-        g.nodes = {k: _copy_node(n) if k in deep else n for k, n in self.nodes.items()}
+        if len(deep) * 4 < len(self.nodes):
+            g.nodes = dict(self.nodes)
+            for k in deep:
+                if k in g.nodes:
+                    g.nodes[k] = _copy_node(g.nodes[k])
+        else:
+            g.nodes = {k: _copy_node(n) if k in deep else n for k, n in self.nodes.items()}
         g.inputs, g.outputs = list(self.inputs), list(self.outputs)
         g.values = dict(self.values)
         g.bindings, g.opsets, g.meta = dict(self.bindings), dict(self.opsets), dict(self.meta)
         g.ids = IdAuthority(set(self.ids._taken))
         g._access_ids = dict(self._access_ids)
         g._producer = dict(self._producer)
-        g._consumers = {k: list(v) for k, v in self._consumers.items()}
+        g._consumers = dict(self._consumers)      # the lists are replaced, never edited in place
         return g
 
     def used_containers(self) -> Iterable[str]:

@@ -75,6 +75,52 @@ def verify(graph: Graph, maps: Iterable[str] | None = None) -> None:
         raise _fail(graph, e.node, "the graph has a cycle through this node") from None
 
 
+def verify_edit(graph: Graph, nodes: Iterable[str], containers: Iterable[str]) -> None:
+    """``verify`` restricted to what an edit can have broken, for a graph that verified before it:
+    the ``nodes`` it created or changed (memlets name known containers, each output is written by
+    that node only and is no input or initializer, every read is defined, map bodies), the
+    ``containers`` a removed or changed node wrote (still defined wherever read, graph outputs
+    still produced), and the order (the graph's remembered topological order, else a sort).
+    Cost: the edit's size, not the graph's (the whole check took 10 ms per apply at 12 layers)."""
+    defined = set(graph.inputs)
+    for ident in nodes:
+        node = graph.nodes[ident]
+        for m in node.inputs + node.outputs:
+            if m is not None and m.container not in graph.containers:
+                raise _fail(graph, node, f"memlet names unknown container '{m.container}'")
+        for m in node.outputs:
+            if m is None:
+                continue
+            writer = graph.producer(m.container)
+            if writer is not None and writer.id != node.id:
+                raise _fail(graph, node, f"container '{m.container}' is also written by '{writer.id}'",
+                            "Every container has exactly one writer")
+            if m.container in defined or m.container in graph.values:
+                raise _fail(graph, node, f"writes '{m.container}', which is a graph input or initializer")
+        for m in node.inputs:
+            if m is not None and not _defined(graph, m.container, defined):
+                raise _fail(graph, node, f"reads '{m.container}', which nothing defines")
+        if isinstance(node, MapNode):
+            _verify_map(graph, node)
+    for name in containers:
+        if _defined(graph, name, defined):
+            continue
+        readers = graph.consumers(name)
+        if readers:
+            raise _fail(graph, readers[0], f"reads '{name}', which nothing defines")
+        if name in graph.outputs:
+            raise _fail(graph, None, f"graph output '{name}' is never produced")
+    if not graph.is_sorted():
+        try:
+            graph.topo_order()
+        except GraphError as e:
+            raise _fail(graph, e.node, "the graph has a cycle through this node") from None
+
+
+def _defined(graph: Graph, name: str, inputs: set[str]) -> bool:
+    return name in inputs or name in graph.values or graph.producer(name) is not None
+
+
 def _verify_map(graph: Graph, m: MapNode) -> None:
     outer_in = {x.container for x in m.inputs}
     outer_out = {x.container for x in m.outputs}

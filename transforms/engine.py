@@ -4,13 +4,16 @@
 
 1. ``requires``: ``t.check`` must pass (else ``MatchFailure`` with the reason);
 2. the figures of the ``affected`` kernels are taken, ``t.rewrite`` edits the graph;
-3. ``ensures``: removed/changed ⊆ affected, created ids are new, and ``ir.verify``
-   passes (else ``PostconditionError`` — the graph is then restored from a clone);
+3. ``ensures``: removed/changed ⊆ affected, created ids are new, and ``ir.verify_edit``
+   passes on what the rewrite touched (the graph verified before; else ``PostconditionError``
+   — the graph is then restored from the copy taken before);
 4. the Δ-estimate (created + changed after − removed + changed before) is the
    incremental recount; it equals a full recount's difference (tested).
 
-``preview`` applies to a clone and returns the ``Diff``; ``ranked`` orders
-matches by predicted bytes saved, with ``why_not`` reasons for failed checks.
+``trial`` applies to a copy that shares the untouched nodes; ``preview`` returns its
+``Diff`` (the Application's ids: no node is compared or serialized); ``ranked`` orders
+matches by predicted bytes saved, with ``why_not`` reasons for failed checks. ``diff``
+compares two whole graphs node by node (for comparing session states).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from ir.errors import GraphError, MatchFailure, PostconditionError, StudioError
 from ir.graph import Graph
 from ir.movement import Estimate, kernel_estimate
 from ir.serialize import _node_to_json
-from ir.verify import verify
+from ir.verify import verify_edit
 from transforms.base import Application, Match, Transformation
 
 
@@ -39,11 +42,14 @@ def apply(graph: Graph, t: Transformation, match: Match, step: int = 0, *,
         raise MatchFailure(f"{t.name} does not apply: {res.reason}", node, graph)
     affected = tuple(dict.fromkeys(t.affected(graph, match)))
     before = _figures(graph, affected)
+    written = {m.container for i in affected if i in graph.nodes for m in graph.nodes[i].outputs if m is not None}
     reports_figures = type(t).figures is not Transformation.figures   # needs the graph before the rewrite
-    saved = graph.clone() if backup or reports_figures else None
+    # the rollback copy is whole (a faulty rewrite may edit a node outside ``affected`` in place); a copy
+    # only for ``figures`` shares the nodes outside it (a rewrite replaces containers, never edits them)
+    saved = graph.clone() if backup else graph.clone_sharing(affected) if reports_figures else None
     try:
         touched = t.rewrite(graph, match, step)
-        _ensure(graph, t, affected, before, touched, check_verify)
+        _ensure(graph, t, affected, before, touched, check_verify, written)
     except StudioError:
         _restore(graph, saved)
         raise
@@ -56,7 +62,8 @@ def apply(graph: Graph, t: Transformation, match: Match, step: int = 0, *,
                        delta, step, t.figures(saved, graph) if reports_figures else {})
 
 
-def _ensure(graph: Graph, t: Transformation, affected, before, touched, check_verify: bool) -> None:
+def _ensure(graph: Graph, t: Transformation, affected, before, touched, check_verify: bool,
+            written: set[str]) -> None:
     stray = [i for i in touched.removed + touched.changed if i not in before]
     if stray:
         raise PostconditionError(f"{t.name} touched {stray}, outside its affected set {list(affected)}", None, graph)
@@ -65,7 +72,7 @@ def _ensure(graph: Graph, t: Transformation, affected, before, touched, check_ve
         raise PostconditionError(f"{t.name} reported ids inconsistently (missing {missing})", None, graph)
     if check_verify:
         try:
-            verify(graph, maps=touched.created + touched.changed)
+            verify_edit(graph, touched.created + touched.changed, written)
         except GraphError as e:
             raise PostconditionError(f"{t.name} produced an invalid graph: {e.summary}", e.node, graph) from e
 
@@ -93,12 +100,18 @@ def diff(before: Graph, after: Graph) -> tuple[tuple[str, ...], tuple[str, ...],
     return added, removed, changed
 
 
+def trial(graph: Graph, t: Transformation, match: Match) -> tuple[Application, Graph]:
+    """Apply to a copy that shares every node the rewrite cannot touch (``Graph.clone_sharing``
+    over ``affected``); ``graph`` is untouched. The Application and the copy: the cost is the
+    rewrite plus a copy of the graph's indexes, not a copy of every node."""
+    work = graph.clone_sharing(t.affected(graph, match))
+    return apply(work, t, match, backup=False), work
+
+
 def preview(graph: Graph, t: Transformation, match: Match) -> Diff:
-    """Apply to a clone and report the difference; ``graph`` is untouched."""
-    work = graph.clone()
-    app = apply(work, t, match)
-    added, removed, changed = diff(graph, work)
-    return Diff(added, removed, changed, app.delta)
+    """What applying ``t`` at ``match`` would do (``trial``), by the Application's own ids."""
+    app, _ = trial(graph, t, match)
+    return Diff(app.created, app.removed, app.changed, app.delta)
 
 
 @dataclass(frozen=True)
@@ -118,16 +131,28 @@ class Ranked:
 
 def ranked(graph: Graph, candidates: Iterable[tuple[Transformation, Match]], *,
            predict: bool = True) -> list[Ranked]:
-    """Check every candidate and predict its Δ on a clone; best bytes saved first, failures last."""
-    out = []
-    for t, m in candidates:
+    """Check every candidate and predict its Δ (``trial``, whose apply runs the check); best bytes
+    saved first, failures last."""
+    return sorted((rank_one(graph, t, m, predict) for t, m in candidates), key=rank_key)
+
+
+def rank_key(r: Ranked):
+    return (not r.ok, -r.bytes_saved, r.transformation.name, r.match.anchors)
+
+
+def rank_one(graph: Graph, t: Transformation, m: Match, predict: bool = True) -> Ranked:
+    """One candidate's check and (``predict``) predicted Δ: one check, one rewrite on a sharing copy."""
+    if not predict:
         res = t.check(graph, m)
-        delta = None
-        if res.ok and predict:
-            try:
-                delta = preview(graph, t, m).delta
-            except StudioError as e:
-                out.append(Ranked(t, m, False, e.summary, None))
-                continue
-        out.append(Ranked(t, m, res.ok, res.reason, delta))
-    return sorted(out, key=lambda r: (not r.ok, -r.bytes_saved, r.transformation.name, r.match.anchors))
+        return Ranked(t, m, res.ok, res.reason, None)
+    try:
+        return Ranked(t, m, True, "", trial(graph, t, m)[0].delta)
+    except MatchFailure as e:
+        return Ranked(t, m, False, _reason(e), None)
+    except StudioError as e:
+        return Ranked(t, m, False, e.summary, None)
+
+
+def _reason(e: MatchFailure) -> str:
+    prefix = " does not apply: "
+    return e.summary.split(prefix, 1)[1] if prefix in e.summary else e.summary

@@ -2,7 +2,8 @@
 
 ``replay(graph, history)`` re-applies every step (a single match, or a pass:
 ``transforms.passes``, whose application count and graph hash must match the
-recording) with ``ir.verify`` after each one and returns a ``StepReport`` per step (bytes, bound, ratio, FLOPs, peak
+recording) with ``ir.verify_edit`` on what each one touched (a full ``ir.verify`` after the
+last) and returns a ``StepReport`` per step (bytes, bound, ratio, FLOPs, peak
 memory, graph hash, and whether ``expect.bytes_after`` held). The first step
 that cannot be applied — unknown transformation, bad parameters, a stale anchor
 (no such node) or a failed check — raises ``ReplayError`` naming the step number,
@@ -21,6 +22,7 @@ from ir.graph import Graph
 from ir.memory import peak_bytes
 from ir.movement import Ledger, lower_bound
 from ir.serialize import HashCache, graph_hash
+from ir.verify import verify
 from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import History, Step
@@ -131,6 +133,12 @@ def replay(graph: Graph, history: History, *, on_step: Callable[[StepReport], No
         delta = ledger.update(app.removed, app.changed, app.created)
         bound = lower_bound(graph)
         last = number == n or (stop is not None and stop())
+        if last:
+            try:
+                verify(graph)
+            except StudioError as e:
+                raise ReplayError(number, step.transformation, f"the graph after it is invalid: {e.summary}",
+                                  path=path) from None
         peak = peak_bytes(graph) if every_peak or last else None
         rep = StepReport(number, step.transformation, step.anchors, ledger.total.bytes, bound,
                          ledger.total.bytes / bound if bound else 0.0, ledger.total.flops, peak,

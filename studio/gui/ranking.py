@@ -6,14 +6,13 @@ first, failed checks last with their reason), but on a graph snapshot (a session
 state's graph is never edited after it is made, so a worker thread may read it
 while the GUI applies the next step), one candidate at a time so the worker can
 report progress and stop when cancelled, and handing out each group as soon as it
-is ranked. ``preview`` applies one match to a clone and describes the difference.
+is ranked. ``preview`` applies one match to a sharing copy and describes what it did.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from ir.errors import StudioError
 from ir.graph import Graph
 from ir.movement import Estimate
 from ir.printer import node_to_text
@@ -21,6 +20,7 @@ from studio.cli import human_bytes
 from studio.gui.jobs import CancelToken, Progress, no_progress
 from transforms import engine
 from transforms.base import Match, Transformation
+from transforms.match_index import MatchIndex, key_of
 from transforms.registry import TRANSFORMATIONS
 
 GROUPS = ("Selection", "Viewport", "Whole graph")
@@ -33,32 +33,34 @@ def candidates(graph: Graph, within: Iterable[str] | None) -> Iterator[tuple[Tra
             yield from ((t, m) for m in t.matches(graph, ids))
 
 
-def _key(r: engine.Ranked):
-    return (not r.ok, -r.bytes_saved, r.transformation.name, r.match.anchors)
+_key = engine.rank_key
 
 
 def rank_groups(graph: Graph, selection: Iterable[str] | None, viewport: Iterable[str] | None, *,
                 token: CancelToken | None = None, progress: Progress = no_progress,
                 on_group: Callable[[str, list[engine.Ranked]], None] | None = None,
-                known: dict | None = None) -> dict[str, list[engine.Ranked]]:
+                index: MatchIndex | None = None) -> dict[str, list[engine.Ranked]]:
     """Groups of ranked matches (see the module docstring); empty groups are left out. ``on_group`` gets
-    each group twice: checked but not yet predicted (``delta`` None), then ranked. ``known`` (match key ->
-    Ranked, for this same graph) skips matches ranked before and receives the new ones."""
+    each group twice: checked but not yet predicted (``delta`` None), then ranked. ``index`` (the
+    session's ``MatchIndex`` of ``graph``; a fresh one when None) supplies the candidates and keeps
+    the rankings, so matches ranked before (for another selection, or before an apply elsewhere)
+    are not ranked again."""
     token = token or CancelToken()
-    known = {} if known is None else known
+    index = MatchIndex(graph) if index is None else index
     seen: set[tuple] = set()
     out: dict[str, list[engine.Ranked]] = {}
     for label, ids in zip(GROUPS, (selection, viewport, None)):
         if ids is None and label != "Whole graph":
             continue
         checked = []
-        for t, m in candidates(graph, ids):
-            key = (t.name, repr(t), m.anchors)
+        for t, m in index.candidates(ids):
+            key = key_of(t, m)
             if key not in seen:
                 seen.add(key)
                 token.check("ranking the matches")
-                if key in known:
-                    checked.append(known[key])
+                known = index.known(t, m)
+                if known is not None:
+                    checked.append(known)
                     continue
                 res = t.check(graph, m)
                 checked.append(engine.Ranked(t, m, res.ok, res.reason, None))
@@ -66,25 +68,21 @@ def rank_groups(graph: Graph, selection: Iterable[str] | None, viewport: Iterabl
             continue
         if on_group is not None:
             on_group(label, sorted(checked, key=_key))
-        out[label] = sorted(_predict(graph, checked, label, token, progress, known), key=_key)
+        out[label] = sorted(_predict(index, checked, label, token, progress), key=_key)
         if on_group is not None:
             on_group(label, out[label])
     return out
 
 
-def _predict(graph: Graph, checked: list[engine.Ranked], label: str, token: CancelToken,
-             progress: Progress, known: dict) -> list[engine.Ranked]:
-    """The predicted Δ of every match whose check passed (on a clone; a failing rewrite becomes its reason)."""
+def _predict(index: MatchIndex, checked: list[engine.Ranked], label: str, token: CancelToken,
+             progress: Progress) -> list[engine.Ranked]:
+    """The predicted Δ of every match whose check passed (``MatchIndex.rank``: a trial rewrite on a
+    sharing copy; a failing rewrite becomes its reason)."""
     out = []
     for k, r in enumerate(checked):
         token.check("ranking the matches")
         if r.ok and r.delta is None:
-            try:
-                r = engine.Ranked(r.transformation, r.match, True, "", engine.preview(graph, r.transformation,
-                                                                                        r.match).delta)
-            except StudioError as e:
-                r = engine.Ranked(r.transformation, r.match, False, e.summary, None)
-        known[(r.transformation.name, repr(r.transformation), r.match.anchors)] = r
+            r = index.rank(r.transformation, r.match)
         out.append(r)
         progress(k + 1, len(checked), f"ranking {label.lower()} matches")
     return out
@@ -104,10 +102,10 @@ class Preview:
 
 
 def preview(graph: Graph, t: Transformation, match: Match) -> Preview:
-    """Apply ``t`` at ``match`` to a clone; the diff and a readable summary with the new kernels' IR."""
-    work = graph.clone()
-    app = engine.apply(work, t, match)
-    added, removed, changed = engine.diff(graph, work)
+    """Apply ``t`` at ``match`` to a copy (``engine.trial``); the Application's ids and a readable
+    summary with the new kernels' IR."""
+    app, work = engine.trial(graph, t, match)
+    added, removed, changed = app.created, app.removed, app.changed
     lines = [f"{t.name} at {', '.join(match.anchors)}",
              f"bytes moved {_signed_bytes(app.delta.bytes)} · FLOPs {app.delta.flops:+,d}", ""]
     for title, ids in (("removed", removed), ("changed", changed), ("added", added)):
