@@ -28,11 +28,13 @@ from ir.serialize import graph_hash
 from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import History, HistoryError, Step, check_model, load, save
+from transforms.match_index import MatchIndex
 from transforms.registry import TRANSFORMATIONS, create
 from transforms.passes import run_pass
-from transforms.replay import apply_step
+from transforms.replay import ReplayError, apply_step
 
 Observer = Callable[[str, Any], None]
+KEPT_INDEXES = 32       # match indexes kept for the newest states (each holds every candidate)
 
 
 def _default_threads() -> int:
@@ -102,6 +104,7 @@ class Session:
         self.bindings = dict(graph.bindings)
         self.training: dict | None = None
         self._states: list[State] = [State(graph, Ledger(graph), None)]
+        self._indexes: list[MatchIndex | None] = [None]     # per state, built on first use
         self._steps: list[Step] = []
         self._cursor = 0
         self._observers: list[Observer] = []
@@ -173,40 +176,60 @@ class Session:
         return [s.ledger.total.bytes for s in self._states[: self._cursor + 1]]
 
     # --- matches ----------------------------------------------------------------------
+    def match_index(self, graph: Graph | None = None) -> MatchIndex:
+        """The ``MatchIndex`` of the current state (or of the state whose graph is ``graph``):
+        built on first use (a walk of the whole graph), then derived after each apply from the
+        one before by re-matching the rewrite's neighbourhood only. Safe to call from a worker
+        thread on a graph it captured."""
+        graph = self.graph if graph is None else graph
+        k = next((i for i in range(len(self._states) - 1, -1, -1) if self._states[i].graph is graph), None)
+        if k is None:
+            return MatchIndex(graph)
+        if self._indexes[k] is None:
+            self._indexes[k] = MatchIndex(graph)
+        return self._indexes[k]
+
     def candidates(self, within: Iterable[str] | None = None, names: Iterable[str] | None = None,
                    graph: Graph | None = None):
         """(transformation instance, match) pairs in scope (of ``graph``, default the current one)."""
-        graph = self.graph if graph is None else graph
         wanted = set(names) if names is not None else set(TRANSFORMATIONS)
-        ids = None if within is None else list(within)
-        for name in sorted(wanted):
-            for t in TRANSFORMATIONS[name].instances():
-                for m in t.matches(graph, ids):
-                    yield t, m
+        for t, m in self.match_index(graph).candidates(within):
+            if t.name in wanted:
+                yield t, m
 
     def matches(self, selection: Iterable[str] | None = None, viewport: Iterable[str] | None = None,
                 whole: bool = True, predict: bool = True, graph: Graph | None = None) -> dict[str, list[engine.Ranked]]:
         """Ranked matches grouped as 'Selection', 'Viewport' and 'Whole graph' (each once).
 
         ``graph`` defaults to the current graph. A state's graph is never changed after its
-        step (apply works on a clone), so a worker thread may rank ``session.graph`` as it
-        was when the work started without copying it."""
-        graph = self.graph if graph is None else graph
+        step (apply works on a copy), so a worker thread may rank ``session.graph`` as it
+        was when the work started without copying it. Rankings are kept in the state's match
+        index: asking again, or after an apply elsewhere, ranks only what is new."""
+        index = self.match_index(graph)
         groups: dict[str, list[engine.Ranked]] = {}
         seen: set[tuple] = set()
         for label, ids in (("Selection", selection), ("Viewport", viewport), ("Whole graph", None)):
             if ids is None and label != "Whole graph" or label == "Whole graph" and not whole:
                 continue
-            fresh = [(t, m) for t, m in self.candidates(ids, graph=graph) if (t.name, repr(t), m.anchors) not in seen]
+            fresh = [(t, m) for t, m in index.candidates(ids) if (t.name, repr(t), m.anchors) not in seen]
             seen.update((t.name, repr(t), m.anchors) for t, m in fresh)
-            groups[label] = engine.ranked(graph, fresh, predict=predict)
+            groups[label] = sorted((index.rank(t, m, predict) for t, m in fresh), key=engine.rank_key)
         return groups
 
     # --- editing ----------------------------------------------------------------------
     def apply(self, name: str, anchors: Iterable[str], params: Mapping[str, Any] | None = None) -> Application:
-        """Apply a transformation at ``anchors``; undoable. Raises StudioError when it does not apply."""
+        """Apply a transformation at ``anchors``; undoable. Raises StudioError when it does not apply,
+        worded for someone who picked the match (a kernel that is gone, the check's reason)."""
         step = Step(name, dict(params or {}), tuple(anchors))
-        return self._apply_step(step)
+        gone = [a for a in step.anchors if a not in self.graph.nodes]
+        if gone:
+            raise StudioError(f"{name} cannot be applied: {', '.join(repr(a) for a in gone)} is no longer in the "
+                              "graph (an earlier step fused, expanded or removed it); re-rank the matches and "
+                              "pick again")
+        try:
+            return self._apply_step(step)
+        except ReplayError as e:
+            raise StudioError(f"{name} cannot be applied: {e.reason}") from None
 
     def apply_pass(self, name: str, params: Mapping[str, Any] | None = None,
                    stop: Callable[[], bool] | None = None) -> Application | None:
@@ -234,9 +257,14 @@ class Session:
         ledger.graph = graph
         ledger.update(app.removed, app.changed, app.created)
         step = replace(step, bytes_after=ledger.total.bytes)
+        index = self._indexes[self._cursor]
         del self._states[self._cursor + 1:]
+        del self._indexes[self._cursor + 1:]
         del self._steps[self._cursor:]
         self._states.append(State(graph, ledger, app))
+        self._indexes.append(index.after(graph, app) if index is not None else None)
+        if len(self._indexes) > KEPT_INDEXES:     # older states rebuild theirs if revisited
+            self._indexes[-KEPT_INDEXES - 1] = None
         self._steps.append(step)
         self._cursor += 1
         self._autosave()

@@ -93,6 +93,8 @@ class Transformation:
     name: ClassVar[str] = ""
     level: ClassVar[int] = 0
     tolerance: ClassVar[float] = 1e-4   # how far outputs may move (relative); lossy rewrites raise it
+    local_matches: ClassVar[bool] = True   # matches depend only on their anchors' neighbourhood
+                                           # (``transforms.match_index``); False: re-match all after edits
 
     @classmethod
     def instances(cls) -> list["Transformation"]:

@@ -73,7 +73,10 @@ class HorizontalFusion(PlannedFusion):
         wanted = None if within is None else set(within)
         order = {ident: k for k, ident in enumerate(graph.nodes)}
         seen = set()
-        for name, cont in graph.containers.items():
+        names = graph.containers if wanted is None else dict.fromkeys(
+            m.container for i in wanted if i in graph.nodes for m in graph.nodes[i].inputs if m is not None)
+        for name in names:
+            cont = graph.container(name)
             readers = graph.consumers(name)
             if len(readers) < 2 or cont.numel(graph.bindings) <= 1:
                 continue

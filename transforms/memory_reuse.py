@@ -129,6 +129,8 @@ class MemoryReuse(Transformation):
     first: str = ""
     second: str = ""
 
+    local_matches: ClassVar[bool] = False   # buffer sharing depends on every lifetime in the schedule
+
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
         if self.first or self.second:
             yield from self._pair_matches(graph, within)

@@ -79,6 +79,7 @@ class Recompute(Transformation):
     min_distance: int = 8
     max_flops_per_element: int = 64
 
+    local_matches: ClassVar[bool] = False   # a match depends on the distance in schedule order
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
         if not has_loss(graph):
             return

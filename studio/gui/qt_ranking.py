@@ -4,8 +4,10 @@
 selected and the visible kernels, and runs ``ranking.rank_groups`` as a window task
 (cancelling the previous one). Groups reach the dock as soon as they are checked,
 then again once ranked. Results are cached per (graph, selection, viewport), so undo
-and redo show their lists at once, and each match's prediction is kept per graph, so
-a new selection or a scrolled viewport only ranks the matches not seen before. A child of the window; it reaches the window
+and redo show their lists at once; candidates and predictions come from the session's
+``MatchIndex`` of the graph (built in the worker on first use, then derived after each
+apply from the neighbourhood of the rewrite), so a new selection, a scrolled viewport or
+the state after an apply only ranks the matches not ranked before. A child of the window; it reaches the window
 through ``parent()`` (no Python reference cycle).
 """
 from __future__ import annotations
@@ -25,7 +27,6 @@ class QtRanker(QObject):
         super().__init__(window)
         self.task: QtTask | None = None
         self.cache: OrderedDict = OrderedDict()
-        self.known: OrderedDict = OrderedDict()
         self.delay_ms = delay_ms
         self.timer = QTimer(self, singleShot=True, interval=delay_ms)
         self.timer.timeout.connect(self.rank)
@@ -47,24 +48,15 @@ class QtRanker(QObject):
             return
         if self.task is not None:
             self.task.cancel()
-        known = self._known(graph)
+        session = w.session
         task = w.run_task("Ranking matches", lambda token, progress: rank_groups(
-            graph, sel, vp, token=token, progress=progress, known=known,
+            graph, sel, vp, token=token, progress=progress, index=session.match_index(graph),
             on_group=lambda label, rows: progress.partial((label, rows))), track=False,
             context={"key": key, "graph": graph, "shown": {}})
         task.progressed.connect(self._progress)
         task.partial.connect(self._part)
         task.succeeded.connect(self._done)
         self.task = task
-
-    def _known(self, graph) -> dict:
-        """Matches of ``graph`` ranked before (a new selection or viewport re-ranks only the new ones)."""
-        hit = self.known.get(id(graph))
-        if hit is None or hit[0] is not graph:
-            hit = self.known[id(graph)] = (graph, {})
-            while len(self.known) > CACHE_SIZE:
-                self.known.popitem(last=False)
-        return hit[1]
 
     def _current(self, task) -> bool:
         w = self.parent()

@@ -1,0 +1,67 @@
+"""The match index (``transforms.match_index``): after every apply of a random sequence, the
+incrementally derived index holds exactly the candidates a full re-match finds, keeps the
+rankings outside the neighbourhood, and an earlier state's index is untouched."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from studio.session import load_graph
+from transforms import engine
+from transforms.match_index import MatchIndex, key_of
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "resources/examples/bert_layer_base_train.onnx"
+
+
+@pytest.fixture(scope="module")
+def imported():
+    return load_graph(EXAMPLE)
+
+
+def _random_step(graph, index, rng):
+    cands = list(index.candidates())
+    rng.shuffle(cands)
+    return next((t, m) for t, m in cands if t.check(graph, m).ok)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_incremental_index_equals_a_full_rematch(imported, seed):
+    rng = random.Random(seed)
+    graph, index = imported, MatchIndex(imported)
+    applied = set()
+    for step in range(1, 61):
+        t, m = _random_step(graph, index, rng)
+        before_keys = set(index._cands)
+        work = graph.clone_sharing(t.affected(graph, m))
+        app = engine.apply(work, t, m, step, backup=False)
+        new = index.after(work, app)
+        listed = {key_of(t, m) for t, m in new.candidates()}       # graph-wide ones are matched now
+        assert set(index._cands) == before_keys, "after() must not edit the earlier index"
+        full = MatchIndex(work)
+        assert listed == set(new._cands)
+        extra, missing = listed - set(full._cands), set(full._cands) - listed
+        assert not extra and not missing, (step, t.name, sorted(extra)[:3], sorted(missing)[:3])
+        applied.add(t.name)
+        graph, index = work, new
+    assert "expand" in applied and applied & {"map_fusion", "horizontal_fusion", "gemm_epilogue_fusion"}, applied
+
+
+def test_rankings_are_kept_outside_the_neighbourhood_and_redone_inside(imported):
+    graph = imported
+    index = MatchIndex(graph)
+    expand = [(t, m) for t, m in index.candidates() if t.name == "expand"]
+    ranked = {key_of(t, m): index.rank(t, m) for t, m in expand}
+    assert all(r.ok and r.delta is not None for r in ranked.values())
+    t, m = expand[0]
+    work = graph.clone_sharing(t.affected(graph, m))
+    app = engine.apply(work, t, m, 1, backup=False)
+    new = index.after(work, app)
+    kept = [k for k in ranked if k in new._ranked]
+    assert len(kept) >= len(ranked) - 10 and key_of(t, m) not in new._ranked
+    for k in kept:                        # a kept ranking is what ranking afresh would say
+        tt, mm = new._cands[k]
+        assert engine.rank_one(work, tt, mm).delta == new._ranked[k].delta
+    selection = list(new.candidates(app.created))
+    assert selection and all(set(mm.anchors) & set(app.created) for _, mm in selection)

@@ -1,0 +1,186 @@
+"""The match index: every candidate match of one graph, found once and kept up to date by
+re-matching only the neighbourhood of each rewrite.
+
+Finding every match of every transformation walks the whole graph (seconds on a 12-layer
+training step), and ranking a match costs a trial rewrite. A studio session applies one
+match at a time, and a rewrite changes a handful of kernels, so ``MatchIndex.after(graph,
+app)`` derives the index of the graph after an ``Application`` from the one before:
+
+- the *neighbourhood* of the rewrite is the ids it created, removed and changed, its
+  anchors, and their producers, consumers and co-readers (kernels reading one of their
+  inputs: sibling pairs) in the graph before and after;
+- every candidate with an anchor in the neighbourhood is dropped (with its ranking), as
+  is every ranking whose ``affected`` kernels meet it (its predicted Δ read them);
+- the transformations are asked for their matches ``within`` the neighbourhood and its
+  producers and consumers (a dropped match is found again from any of its anchors);
+- transformations whose matches are not local (``Transformation.local_matches`` false:
+  a match anchored on one kernel that depends on kernels far away, such as buffer reuse
+  and recomputation) are re-matched on the whole graph, lazily, when the whole graph's
+  candidates are next listed; they are never listed for a selection or a viewport;
+- a rewrite that changes no kernel (a graph-level edit) re-matches everything.
+
+The result is the same candidate set a full re-match finds (tested on random apply
+sequences). A ranking kept from before is exact for its kernels and their neighbours;
+a check that reads the graph further away (a fusion that would now close a cycle through
+a distant kernel) is caught when the match is applied, which checks again. Indexes are
+never edited once derived (``after`` makes a new one sharing the unchanged entries), so
+the index of an earlier session state stays valid for undo. ``rank`` fills the ranking
+of a candidate in place: a worker thread may rank while the GUI reads the lists.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from ir.graph import Graph
+from transforms import engine
+from transforms.base import Application, Match, Transformation
+from transforms.registry import TRANSFORMATIONS
+
+Key = tuple  # (transformation name, repr of the instance, anchors)
+
+
+def key_of(t: Transformation, m: Match) -> Key:
+    return (t.name, repr(t), m.anchors)
+
+
+def default_instances() -> list[Transformation]:
+    """Every registered transformation's offered parameter choices, in name order."""
+    return [t for name in sorted(TRANSFORMATIONS) for t in TRANSFORMATIONS[name].instances()]
+
+
+def neighbourhood(before: Graph, after: Graph, app: Application) -> set[str]:
+    """The ids an application touched (and its anchors), with their producers and consumers
+    before and after it."""
+    core = set(app.created + app.removed + app.changed + app.anchors)
+    hood = set(core)
+    for g in (before, after):
+        for ident in core:
+            node = g.nodes.get(ident)
+            if node is not None:
+                hood.update(p.id for p in g.predecessors(node))
+                hood.update(s.id for s in g.successors(node))
+                for m in node.inputs:             # co-readers: sibling pairs change with readers
+                    if m is not None:
+                        hood.update(c.id for c in g.consumers(m.container))
+    return hood
+
+
+def _widen(graph: Graph, ids: list[str]) -> list[str]:
+    """``ids`` and their producers and consumers: a match dropped for one anchor in the
+    neighbourhood is found again from any of its anchors (``within`` may look from one side)."""
+    out = dict.fromkeys(ids)
+    for ident in ids:
+        node = graph.nodes[ident]
+        out.update(dict.fromkeys(p.id for p in graph.predecessors(node)))
+        out.update(dict.fromkeys(s.id for s in graph.successors(node)))
+    return list(out)
+
+
+class MatchIndex:
+    """The candidates of ``graph`` (see the module docstring)."""
+
+    def __init__(self, graph: Graph, instances: Iterable[Transformation] | None = None, *,
+                 _empty: bool = False) -> None:
+        self.graph = graph
+        self.instances = list(default_instances() if instances is None else instances)
+        self._cands: dict[Key, tuple[Transformation, Match]] = {}
+        self._by_node: dict[str, frozenset[Key]] = {}
+        self._ranked: dict[Key, engine.Ranked] = {}
+        self._deps: dict[Key, tuple[str, ...]] = {}    # a ranking's affected kernels
+        self._watch: dict[str, frozenset[Key]] = {}    # kernel id -> rankings that read it
+        self._dirty: set[Transformation] = set()       # graph-wide ones to match on the next full listing
+        self._graph_wide = {key_of(t, Match(t.name, ()))[:2] for t in self.instances if not t.local_matches}
+        if not _empty:
+            for t in self.instances:
+                self._find(t, None)
+
+    # --- building ------------------------------------------------------------------
+    def _find(self, t: Transformation, within: Iterable[str] | None) -> None:
+        for m in t.matches(self.graph, None if within is None else list(within)):
+            k = key_of(t, m)
+            if k not in self._cands:
+                self._cands[k] = (t, m)
+                for a in m.anchors:
+                    self._by_node[a] = self._by_node.get(a, frozenset()) | {k}
+
+    def _drop(self, keys: Iterable[Key]) -> None:
+        for k in keys:
+            tm = self._cands.pop(k, None)
+            if tm is not None:
+                for a in tm[1].anchors:
+                    rest = self._by_node.get(a, frozenset()) - {k}
+                    if rest:
+                        self._by_node[a] = rest
+                    else:
+                        self._by_node.pop(a, None)
+            self._ranked.pop(k, None)
+            self._deps.pop(k, None)
+
+    def after(self, graph: Graph, app: Application) -> "MatchIndex":
+        """The index of ``graph``, the graph after ``app`` was applied to this index's graph."""
+        if not (app.created or app.removed or app.changed):
+            return MatchIndex(graph, self.instances)
+        new = MatchIndex(graph, self.instances, _empty=True)
+        new._cands, new._by_node = dict(self._cands), dict(self._by_node)
+        new._ranked, new._deps, new._watch = dict(self._ranked), dict(self._deps), dict(self._watch)
+        hood = neighbourhood(self.graph, graph, app)
+        stale: set[Key] = set()
+        for ident in hood:
+            stale |= new._by_node.get(ident, frozenset())
+            stale |= new._watch.get(ident, frozenset())
+        global_ts = [t for t in self.instances if not t.local_matches]
+        if global_ts:
+            names = {key_of(t, Match(t.name, ()))[:2] for t in global_ts}
+            stale |= {k for k in new._cands if k[:2] in names}
+        new._drop(stale)
+        new._dirty = set(global_ts)
+        inside = _widen(graph, [i for i in hood if i in graph.nodes])
+        for t in self.instances:
+            if t.local_matches:
+                new._find(t, inside)
+        return new
+
+    # --- reading -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._cands)
+
+    def candidates(self, within: Iterable[str] | None = None) -> Iterator[tuple[Transformation, Match]]:
+        """Candidates with an anchor in ``within`` (all when None), in a stable order. Transformations
+        whose matches are graph-wide decisions (``local_matches`` false: buffer reuse, recomputation)
+        are listed for the whole graph only: ranking one reads the whole schedule."""
+        if within is None:
+            for t in list(self._dirty):           # graph-wide transformations, matched when asked
+                self._find(t, None)
+                self._dirty.discard(t)
+            keys = self._cands.keys()
+        else:
+            found: set[Key] = set()
+            for ident in within:
+                found |= self._by_node.get(ident, frozenset())
+            keys = sorted((k for k in found if k[:2] not in self._graph_wide), key=lambda k: (k[0], k[1], k[2]))
+        for k in list(keys):
+            tm = self._cands.get(k)
+            if tm is not None:
+                yield tm
+
+    def known(self, t: Transformation, m: Match) -> engine.Ranked | None:
+        """The ranking of a candidate, if it was ranked on this graph (or kept from before)."""
+        return self._ranked.get(key_of(t, m))
+
+    def rank(self, t: Transformation, m: Match, predict: bool = True) -> engine.Ranked:
+        """The candidate's ranking (``engine.rank_one``), computed once per index."""
+        k = key_of(t, m)
+        r = self._ranked.get(k)
+        if r is not None and (r.delta is not None or not r.ok or not predict):
+            return r
+        r = engine.rank_one(self.graph, t, m, predict)
+        if predict:
+            try:
+                deps = tuple(t.affected(self.graph, m))
+            except Exception:  # noqa: BLE001 - a failed match's affected set is its anchors
+                deps = m.anchors
+            self._deps[k] = deps
+            for ident in deps:
+                self._watch[ident] = self._watch.get(ident, frozenset()) | {k}
+            self._ranked[k] = r
+        return r
