@@ -212,10 +212,12 @@ class QtMainWindow(QMainWindow):
         gc.unfreeze()                              # the old session's objects may be collected again,
         gc.collect()
         gc.freeze()                                # the loaded graph is not rescanned by every gen-2 pass
-        self.stack.clear()
-        for step in session.steps[: session.cursor]:
-            self.stack.push(ApplyCommand(session, step.transformation, step.anchors, step.params, done=True,
-                                         text=step_text(step.transformation, step.anchors, None, step.applications)))
+        with self.history.bulk():                  # one view update, not one per step
+            self.stack.clear()
+            for step in session.steps[: session.cursor]:
+                self.stack.push(ApplyCommand(session, step.transformation, step.anchors, step.params, done=True,
+                                             text=step_text(step.transformation, step.anchors, None,
+                                                            step.applications)))
         self._unsubscribe = session.subscribe(self._on_session_event)
         self.setWindowTitle(f"dcstudio — {session.model_name}")
         self.view.tree = None
