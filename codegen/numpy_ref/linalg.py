@@ -124,7 +124,7 @@ def gemm(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarr
 @kernel("Einsum")
 def einsum(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
     eq = attrs["equation"].replace(" ", "")
-    out = np.einsum(eq, *[_wide(x) for x in inputs])
+    out = np.einsum(eq, *[_wide(x) for x in inputs], optimize=len(inputs) > 1)   # pairwise via BLAS
     return [np.asarray(out).astype(product_dtype(ctx, inputs[0]))]
 
 
