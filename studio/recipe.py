@@ -51,12 +51,12 @@ RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION,
 
 
 def run_pass(session: Session, p: Pass, on_step: Callable[[str, int], None] | None = None,
-             stop: Callable[[], bool] | None = None) -> int:
-    """Apply ``p`` to a fixpoint as one recorded step (``Session.apply_pass``); returns the
-    number of applications (0: nothing applied, no step recorded)."""
+             stop: Callable[[], bool] | None = None, scope: str | None = None) -> int:
+    """Apply ``p`` to a fixpoint as one recorded step (``Session.apply_pass``; ``scope``: inside
+    that layer only); returns the number of applications (0: nothing applied, no step recorded)."""
     if stop and stop():
         return 0
-    app = session.apply_pass(p.transformation, p.params, stop=stop)
+    app = session.apply_pass(p.transformation, p.params, stop=stop, scope=scope)
     if app is None:
         return 0
     if on_step is not None:
@@ -73,4 +73,33 @@ def run_recipe(session: Session, passes: tuple[Pass, ...] = SUBSTATION, *,
         if p.transformation not in TRANSFORMATIONS:
             raise StudioError(f"recipe pass '{p.transformation}' is not a known transformation")
         counts[p.transformation] = counts.get(p.transformation, 0) + run_pass(session, p, on_step, stop)
+    return counts
+
+
+def tune_one_layer(session: Session, passes: tuple[Pass, ...] = SUBSTATION, *,
+                   on_step: Callable[[str, int], None] | None = None,
+                   stop: Callable[[], bool] | None = None) -> dict[str, int]:
+    """Transfer tuning (``transforms.transfer``): for every family of layers (``transforms.layers``),
+    run the passes inside the first of its largest set of structurally equal layers, then repeat
+    those steps on the others as one transfer step; then run the passes on the whole graph for what lies
+    between layers or outside them (embeddings, the loss, fusions across a layer boundary).
+    Returns applications per transformation name (``transfer`` counts the repeated ones)."""
+    from transforms.layers import equal_group, layers
+    counts: dict[str, int] = {}
+    for family in layers(session.graph):
+        found = equal_group(session.graph, family)        # now: tuning a family may change another's
+        if found is None:
+            continue
+        first, others = found
+        layer, start = family.key(first), session.cursor
+        for p in passes:
+            n = run_pass(session, p, on_step, stop, scope=layer)
+            counts[p.transformation] = counts.get(p.transformation, 0) + n
+        if session.cursor > start and not (stop and stop()):
+            app = session.transfer(layer, session.cursor - start, [family.key(k) for k in others])
+            counts["transfer"] = counts.get("transfer", 0) + (session.steps[session.cursor - 1].applications or 0)
+            if on_step is not None and app is not None:
+                on_step("transfer", session.cursor)
+    for k, n in run_recipe(session, passes, on_step=on_step, stop=stop).items():
+        counts[k] = counts.get(k, 0) + n
     return counts

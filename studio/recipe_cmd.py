@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from studio.recipe import RECIPES, run_recipe
+from studio.recipe import RECIPES, run_recipe, tune_one_layer
 from studio.session import Session
 
 
@@ -31,7 +31,8 @@ def cmd_recipe(args: argparse.Namespace) -> int:
             sys.stderr.write(last[1] + "\n")          # in logs: one line per finished pass
         last[:] = [name, line]
 
-    counts = run_recipe(session, RECIPES[args.name], on_step=on_step)
+    run = tune_one_layer if args.tune_one_layer else run_recipe
+    counts = run(session, RECIPES[args.name], on_step=on_step)
     if not args.quiet and (tty or last[1]):
         sys.stderr.write("\n" if tty else last[1] + "\n")
     session.save_history(args.output)
@@ -50,5 +51,8 @@ def add_parser(sub) -> None:
     p.add_argument("--name", choices=sorted(RECIPES), default="substation", help="recipe (default substation)")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=N")
     p.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: beside MODEL)")
+    p.add_argument("--tune-one-layer", action="store_true",
+                   help="run the passes on the first of each family of equal layers, repeat its steps on the "
+                        "others (one transfer step), then on the whole graph")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_recipe)

@@ -136,7 +136,7 @@ def _bisect_pass(oracle: Oracle, checkpoints: Checkpoints, k: int, step) -> str:
 
     def run(j: int):
         g, apps = base.clone(), []
-        run_pass(g, t, k, limit=j, on_apply=apps.append)
+        run_pass(g, t, k, limit=j, on_apply=apps.append, scope=step.scope)
         return g, apps
 
     j = first_failing(0, step.applications, lambda j: not oracle.run_and_check(run(j)[0]).ok)

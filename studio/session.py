@@ -27,11 +27,13 @@ from ir.onnx_load import read_model
 from ir.serialize import graph_hash
 from transforms import engine
 from transforms.base import Application, Match
-from transforms.history import History, HistoryError, Step, check_model, load, save
+from transforms.history import TRANSFER, History, HistoryError, Step, check_model, load, save
+from transforms.layers import equal_layers, layer_of, parse_key
 from transforms.match_index import MatchIndex
 from transforms.registry import TRANSFORMATIONS, create
 from transforms.passes import run_pass
 from transforms.replay import ReplayError, apply_step
+from transforms.transfer import apply_transfer, check_source
 
 Observer = Callable[[str, Any], None]
 KEPT_INDEXES = 32       # match indexes kept for the newest states (each holds every candidate)
@@ -232,16 +234,55 @@ class Session:
             raise StudioError(f"{name} cannot be applied: {e.reason}") from None
 
     def apply_pass(self, name: str, params: Mapping[str, Any] | None = None,
-                   stop: Callable[[], bool] | None = None) -> Application | None:
+                   stop: Callable[[], bool] | None = None, scope: str | None = None) -> Application | None:
         """Apply a transformation at every match, to a fixpoint (``transforms.passes``), as one
-        undoable step; None (and no step) when it applies nowhere."""
+        undoable step; None (and no step) when it applies nowhere. ``scope``: only inside that
+        layer (``transforms.layers``, e.g. ``encoder/layer.0``)."""
         t = create(name, dict(params or {}))
+        if scope is not None:
+            parse_key(scope)
         graph = self.graph.clone()
-        res = run_pass(graph, t, self._cursor + 1, stop=stop)
+        res = run_pass(graph, t, self._cursor + 1, stop=stop, scope=scope)
         if not res.applications:
             return None
-        step = Step(name, t.params(), (), None, res.applications, graph_hash(graph))
+        step = Step(name, t.params(), (), None, res.applications, graph_hash(graph), scope)
         return self._record(step, graph, res.application)
+
+    def layer_run(self) -> tuple[str, int] | None:
+        """(layer, k): the last ``k`` applied steps all lie inside ``layer`` (single matches anchored
+        there, passes limited to it), the longest such run; None when the last step does not."""
+        found: tuple[str, int] | None = None
+        for k in range(1, self._cursor + 1):
+            step = self._steps[self._cursor - k]
+            layer = step.scope if step.is_pass else _anchor_layer(step)
+            if layer is None or found is not None and layer != found[0]:
+                break
+            found = (layer, k)
+        return found
+
+    def equal_layers(self, layer: str, steps: int = 0) -> list[str]:
+        """The layers structurally equal to ``layer`` as it was ``steps`` steps ago (before the steps
+        a transfer of the last ``steps`` steps would repeat)."""
+        family, index = parse_key(layer)
+        return [family.key(k) for k in equal_layers(self.graph_at(self._cursor - steps), family, index)]
+
+    def transfer(self, layer: str, steps: int, to: Iterable[str] | None = None) -> Application:
+        """Repeat the last ``steps`` steps, which must all lie inside ``layer``, on every layer equal
+        to it (or on ``to``) as one undoable transfer step (``transforms.transfer``)."""
+        if not 0 < steps <= self._cursor:
+            raise StudioError(f"cannot repeat the last {steps} steps: {self._cursor} steps are applied")
+        check_source(self._steps[self._cursor - steps: self._cursor], layer)
+        equal = self.equal_layers(layer, steps)
+        targets = list(to) if to is not None else equal
+        unequal = [x for x in targets if x not in equal]
+        if unequal or not targets:
+            raise StudioError(f"no layer equal to {layer} to repeat its steps on" if not targets else
+                              f"{', '.join(unequal)} {'is' if len(unequal) == 1 else 'are'} not structurally equal "
+                              f"to {layer} (the equal ones: {', '.join(equal) or 'none'})")
+        step = Step(TRANSFER, {"layer": layer, "steps": steps, "to": targets}, (), None, 0)
+        graph = self.graph.clone()
+        app, count = apply_transfer(graph, step, self._steps[: self._cursor], self._cursor + 1)
+        return self._record(replace(step, applications=count, graph_hash=graph_hash(graph)), graph, app)
 
     def apply_step(self, step: Step) -> Application:
         """Apply a history step (a single match or a pass); undoable."""
@@ -249,7 +290,7 @@ class Session:
 
     def _apply_step(self, step: Step) -> Application:
         graph = self._work_copy(step)
-        app = apply_step(graph, step, self._cursor + 1, backup=False)
+        app = apply_step(graph, step, self._cursor + 1, backup=False, earlier=self._steps[: self._cursor])
         return self._record(step, graph, app)
 
     def _record(self, step: Step, graph: Graph, app: Application) -> Application:
@@ -276,7 +317,7 @@ class Session:
         (``Graph.clone_sharing`` over the transformation's ``affected`` set), or a full copy
         when that set cannot be known (an unknown transformation or a stale anchor: the
         apply then fails with its own message)."""
-        if step.is_pass:
+        if step.is_pass or step.is_transfer:
             return self.graph.clone()
         try:
             t = create(step.transformation, step.params)
@@ -438,3 +479,14 @@ class Session:
         source = Path(path) if path else self.autosave_for(self.model_path)
         return self.load_history(source)
 
+
+
+def _anchor_layer(step: Step) -> str | None:
+    """The layer every anchor of a single-match step lies in (None: none, or several)."""
+    if step.is_transfer or step.is_pass or not step.anchors:
+        return None
+    found = {layer_of(a) for a in step.anchors}
+    if len(found) != 1 or None in found:
+        return None
+    family, index = found.pop()
+    return family.key(index)

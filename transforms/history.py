@@ -17,6 +17,12 @@ initializer, so loading one fills in ``"all"`` and it regenerates the graph it w
 Version 3 (2026-11) adds pass steps, ``{"transformation": "map_fusion", "params": {},
 "pass": {"applications": 426, "graph_hash": "…"}}``: the transformation applied to a fixpoint
 (``transforms.passes``); versions 1 and 2 read as before.
+
+Version 4 (2026-11) adds transfer tuning (``transforms.transfer``): a pass step may be limited
+to one layer (``"pass": {…, "scope": "encoder/layer.0"}``), and a transfer step re-applies the
+steps before it to structurally equal layers, ``{"transformation": "transfer", "params":
+{"layer": "encoder/layer.0", "steps": 13, "to": ["encoder/layer.1", …]}, "transfer":
+{"applications": 3900, "graph_hash": "…"}}``; replay checks the count and the graph hash.
 Loading validates the whole schema (nothing is evaluated or unpickled) and says
 what is wrong and where; saving writes atomically (temp file + rename).
 """
@@ -32,7 +38,8 @@ from typing import Any, Mapping
 from ir.errors import StudioError
 
 FORMAT = "dcstudio-history"
-VERSION = 3
+VERSION = 4
+TRANSFER = "transfer"      # the step name of transfers (no transformation has it)
 
 
 class HistoryError(StudioError):
@@ -51,15 +58,25 @@ class Step:
     bytes_after: int | None = None
     applications: int | None = None
     graph_hash: str | None = None
+    scope: str | None = None          # a pass limited to one layer (``transforms.layers``)
+
+    @property
+    def is_transfer(self) -> bool:
+        """A transfer step (``transforms.transfer``): earlier steps re-applied to equal layers."""
+        return self.transformation == TRANSFER
 
     @property
     def is_pass(self) -> bool:
-        return self.applications is not None
+        return self.applications is not None and not self.is_transfer
 
     def to_json(self) -> dict:
         d: dict = {"transformation": self.transformation, "params": dict(self.params)}
-        if self.is_pass:
+        if self.is_transfer:
+            d["transfer"] = {"applications": self.applications, "graph_hash": self.graph_hash}
+        elif self.is_pass:
             d["pass"] = {"applications": self.applications, "graph_hash": self.graph_hash}
+            if self.scope is not None:
+                d["pass"]["scope"] = self.scope
         else:
             d["anchors"] = list(self.anchors)
         if self.bytes_after is not None:
@@ -114,19 +131,42 @@ def _step_from_json(k: int, d: Any) -> Step:
     _expect(isinstance(expect, dict), where, "'expect' must be an object")
     after = expect.get("bytes_after")
     _expect(after is None or _count(after), where, "'expect.bytes_after' must be a non-negative integer")
+    if name == TRANSFER:
+        return _transfer_from_json(where, d, params, after)
     if "pass" in d:
         p = d["pass"]
         _expect(isinstance(p, dict) and _count(p.get("applications")), where,
                 "'pass.applications' must be a non-negative integer")
         h = p.get("graph_hash")
-        _expect(h is None or isinstance(h, str) and len(h) == 64 and all(ch in "0123456789abcdef" for ch in h),
-                where, "'pass.graph_hash' must be a sha256 hex digest or null")
+        _expect(_digest_or_none(h), where, "'pass.graph_hash' must be a sha256 hex digest or null")
+        scope = p.get("scope")
+        _expect(scope is None or isinstance(scope, str) and scope, where, "'pass.scope' must be a layer name")
         _expect("anchors" not in d or d["anchors"] == [], where, "a pass step has no anchors")
-        return Step(name, params, (), after, p["applications"], h)
+        return Step(name, params, (), after, p["applications"], h, scope)
     anchors = d.get("anchors")
     _expect(isinstance(anchors, list) and all(isinstance(a, str) for a in anchors), where,
             "'anchors' must be a list of node ids")
     return Step(name, params, tuple(anchors), after)
+
+
+def _digest_or_none(h: Any) -> bool:
+    return h is None or isinstance(h, str) and len(h) == 64 and all(ch in "0123456789abcdef" for ch in h)
+
+
+def _transfer_from_json(where: str, d: dict, params: dict, after) -> Step:
+    t = d.get("transfer")
+    _expect(isinstance(t, dict) and _count(t.get("applications")), where,
+            "a transfer step needs 'transfer.applications' (a non-negative integer)")
+    _expect(_digest_or_none(t.get("graph_hash")), where, "'transfer.graph_hash' must be a sha256 hex digest or null")
+    _expect(isinstance(params.get("layer"), str) and params["layer"], where,
+            "'params.layer' must name the tuned layer (like 'encoder/layer.0')")
+    _expect(_count(params.get("steps")) and params["steps"] > 0, where,
+            "'params.steps' must be the (positive) number of steps before it to transfer")
+    to = params.get("to")
+    _expect(isinstance(to, list) and to and all(isinstance(x, str) and x for x in to), where,
+            "'params.to' must list the layers to transfer to")
+    _expect("anchors" not in d or d["anchors"] == [], where, "a transfer step has no anchors")
+    return Step(TRANSFER, params, (), after, t["applications"], t.get("graph_hash"))
 
 
 def _count(v: Any) -> bool:

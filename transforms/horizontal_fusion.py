@@ -70,11 +70,12 @@ class HorizontalFusion(PlannedFusion):
     level: ClassVar[int] = 2
 
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
-        wanted = None if within is None else set(within)
+        ids = None if within is None else list(within)
+        wanted = None if ids is None else set(ids)
         order = {ident: k for k, ident in enumerate(graph.nodes)}
         seen = set()
-        names = graph.containers if wanted is None else dict.fromkeys(
-            m.container for i in wanted if i in graph.nodes for m in graph.nodes[i].inputs if m is not None)
+        names = graph.containers if ids is None else dict.fromkeys(     # ``within``'s order: deterministic
+            m.container for i in ids if i in graph.nodes for m in graph.nodes[i].inputs if m is not None)
         for name in names:
             cont = graph.container(name)
             readers = graph.consumers(name)

@@ -37,16 +37,17 @@ class PassResult:
 
 def run_pass(graph: Graph, t: Transformation, step: int, *, limit: int = 100_000,
              stop: Callable[[], bool] | None = None,
-             on_apply: Callable[[Application], None] | None = None) -> PassResult:
+             on_apply: Callable[[Application], None] | None = None, scope: str | None = None) -> PassResult:
     """Apply ``t`` to a fixpoint in place (see the module docstring). ``on_apply`` hears each
-    application (bisection inside a pass names one); ``stop`` ends the pass early."""
+    application (bisection inside a pass names one); ``stop`` ends the pass early; ``scope`` (a
+    layer name, ``transforms.layers``) limits it to matches whose anchors are all in that layer."""
     before = set(graph.nodes)
     touched: set[str] = set()
     delta, count, sweeps = Estimate(), 0, 0
     while count < limit and sweeps < SWEEPS and not (stop and stop()):
         sweeps += 1
         applied = 0
-        for match in list(t.matches(graph)):
+        for match in _matches(graph, t, scope):
             if count >= limit or any(a not in graph.nodes for a in match.anchors):
                 continue
             try:
@@ -69,3 +70,13 @@ def run_pass(graph: Graph, t: Transformation, step: int, *, limit: int = 100_000
     removed = tuple(sorted(before - after))
     changed = tuple(i for i in graph.nodes if i in before and i in touched)
     return PassResult(Application(t.name, t.params(), (), created, removed, changed, delta, step), count)
+
+
+def _matches(graph: Graph, t: Transformation, scope: str | None) -> list:
+    if scope is None:
+        return list(t.matches(graph))
+    from transforms.layers import members, parse_key
+    family, index = parse_key(scope)
+    ids = members(graph, family, index)
+    inside = set(ids)
+    return [m for m in t.matches(graph, ids) if m.anchors and all(a in inside for a in m.anchors)]

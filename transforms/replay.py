@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from ir.errors import StudioError
 from ir.graph import Graph
@@ -27,6 +27,7 @@ from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import History, Step
 from transforms.passes import run_pass
+from transforms.transfer import apply_transfer
 from transforms.registry import create
 
 
@@ -68,9 +69,12 @@ class StepReport:
 
 
 def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None,
-               backup: bool = True) -> Application:
+               backup: bool = True, earlier: Sequence[Step] = ()) -> Application:
     """Apply one history step; errors become ReplayError naming the step. ``backup=False`` when
-    ``graph`` is a throw-away copy (the Session applies to a clone and keeps the original)."""
+    ``graph`` is a throw-away copy (the Session applies to a clone and keeps the original).
+    ``earlier``: the steps before it (a transfer step repeats some of them)."""
+    if step.is_transfer:
+        return _apply_transfer(graph, step, number, path, earlier)
     try:
         t = create(step.transformation, step.params)
     except StudioError as e:
@@ -88,10 +92,26 @@ def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None
         raise ReplayError(number, step.transformation, e.summary, path=path) from None
 
 
+def _apply_transfer(graph: Graph, step: Step, number: int, path: str | None, earlier: Sequence[Step]) -> Application:
+    """A transfer step: its source steps again on each target layer; the count and graph must match."""
+    try:
+        app, count = apply_transfer(graph, step, earlier, number)
+    except StudioError as e:
+        raise ReplayError(number, step.transformation, e.summary, path=path) from None
+    if count != step.applications:
+        raise ReplayError(number, step.transformation,
+                          f"the transfer applied {count} times, {step.applications} when the history was "
+                          "recorded (the model or an earlier step differs)", path=path)
+    if step.graph_hash is not None and graph_hash(graph) != step.graph_hash:
+        raise ReplayError(number, step.transformation,
+                          "the transfer produced a different graph than when the history was recorded", path=path)
+    return app
+
+
 def _apply_pass(graph: Graph, t, step: Step, number: int, path: str | None) -> Application:
     """A pass step: the fixpoint again, which must reproduce the recorded count and graph."""
     try:
-        res = run_pass(graph, t, number, limit=step.applications + 1)     # one more: it must stop there
+        res = run_pass(graph, t, number, limit=step.applications + 1, scope=step.scope)   # one more: it must stop there
     except StudioError as e:
         raise ReplayError(number, step.transformation, f"pass: {e.summary}", path=path) from None
     if res.applications != step.applications:
@@ -128,7 +148,7 @@ def replay(graph: Graph, history: History, *, on_step: Callable[[StepReport], No
         if stop is not None and stop():
             break
         t0 = time.perf_counter()
-        app = apply_step(graph, step, number, path=path, backup=False)
+        app = apply_step(graph, step, number, path=path, backup=False, earlier=history.steps[:number - 1])
         hashes.forget(app.created + app.changed + app.removed)
         delta = ledger.update(app.removed, app.changed, app.created)
         bound = lower_bound(graph)
@@ -168,7 +188,8 @@ class Checkpoints:
         start = max(s for s in self.saved if s <= k)
         graph = self.saved[start].clone()
         for number in range(start + 1, k + 1):
-            apply_step(graph, self.history.steps[number - 1], number, backup=False)
+            apply_step(graph, self.history.steps[number - 1], number, backup=False,
+                       earlier=self.history.steps[:number - 1])
         return graph
 
 

@@ -36,7 +36,7 @@ def test_version_1_training_options_keep_their_trainable_default():
 
 @pytest.mark.parametrize("change, message", [
     ({"format": "other"}, "'format' must be 'dcstudio-history'"),
-    ({"version": 4}, "version 4 is newer than this dcstudio understands"),
+    ({"version": 5}, "version 5 is newer than this dcstudio understands"),
     ({"version": "1"}, "'version' must be an integer"),
     ({"model": {"name": "m"}}, "'model' must hold"),
     ({"bindings": {"batch": "8"}}, "'bindings' must map names to integers"),
@@ -95,3 +95,23 @@ def test_pass_steps_round_trip_and_are_validated(tmp_path):
     with pytest.raises(HistoryError, match="a pass step has no anchors"):
         from_json(_doc(version=3, steps=[{"transformation": "expand", "anchors": ["a"],
                                           "pass": {"applications": 1, "graph_hash": None}}]))
+
+
+def test_transfer_and_scoped_pass_steps_round_trip_and_are_validated(tmp_path):
+    steps = [{"transformation": "map_fusion", "params": {},
+              "pass": {"applications": 3, "graph_hash": None, "scope": "layer.0"}},
+             {"transformation": "transfer", "params": {"layer": "layer.0", "steps": 1, "to": ["layer.1"]},
+              "transfer": {"applications": 3, "graph_hash": "0f" * 32}}]
+    h = from_json(_doc(version=4, steps=steps))
+    scoped, transfer = h.steps
+    assert scoped.is_pass and scoped.scope == "layer.0" and not scoped.is_transfer
+    assert transfer.is_transfer and not transfer.is_pass and transfer.applications == 3
+    save(h, tmp_path / "t.json")
+    assert load(tmp_path / "t.json") == h
+    for params, message in [({"layer": "layer.0", "steps": 0, "to": ["layer.1"]}, "'params.steps' must be"),
+                            ({"layer": "", "steps": 1, "to": ["layer.1"]}, "'params.layer' must name"),
+                            ({"layer": "layer.0", "steps": 1, "to": []}, "'params.to' must list")]:
+        with pytest.raises(HistoryError, match=message):
+            from_json(_doc(version=4, steps=[{**steps[1], "params": params}]))
+    with pytest.raises(HistoryError, match="needs 'transfer.applications'"):
+        from_json(_doc(version=4, steps=[{"transformation": "transfer", "params": steps[1]["params"]}]))

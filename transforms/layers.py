@@ -1,0 +1,140 @@
+"""Layers: the repeated scopes of a model (``encoder/layer.0`` … ``encoder/layer.11``), and when two
+of them are structurally equal, for transfer tuning (``transforms.transfer``).
+
+Exporters name kernels by module path, and a stack of layers numbers one path component:
+``/encoder/layer.3/attention/self/Softmax`` (or ``/layer.3/…``: the TorchScript exporter drops
+scopes), its gradient ``grad//layer.3/…``, its parameters and their update
+``encoder.layer.3.attention.self.query.weight``. A **family** is such a component numbered
+PyTorch's way (``stem.<index>``: a ``ModuleList`` entry; ONNX's ``Add_1`` de-duplication suffix
+is not one), known by its stem (``layer``, ``h``, ``blocks``), and a **layer** (``layer.3``) is
+one index of a family: the kernels whose id's first numbered component is that one, forward,
+backward and optimizer update together. Kernels a transformation creates keep the layer (a
+fused kernel's id derives from the first kernel it fuses).
+
+Two layers are **equal** when their kernels, in graph order, are the same up to the layer index:
+each kernel's serialized form (op, attributes, implementation, map bodies, memlets with their
+subsets) and the shapes, dtypes and roles of the containers it touches, with the layer's index
+replaced by a placeholder wherever it appears in a name, small constants by their values (an
+exporter may keep one constant that every layer reads inside the first layer), and the containers
+of other layers (the previous layer's output a layer reads) numbered in the order the layer first
+uses them. Equal layers compute the same thing on
+the same shapes with the same wiring, so a step recorded in one applies to the other with every
+id renamed (``rename``), and does the same there. A model whose exporter does not keep module
+paths (the dynamo exporter's ``node_MatMul_12``) has no layers: nothing is transferred.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from ir.containers import Role
+from ir.errors import StudioError
+from ir.graph import Graph
+from ir.serialize import _array_digest, _node_to_json
+
+_SMALL = 4096          # constants up to this many elements compare by value, not by name
+_NUMBERED = re.compile(r"(?:^|(?<=[/.]))(?P<stem>[A-Za-z_][A-Za-z_0-9]*)\.(?P<index>\d+)(?=[./_]|$)")
+
+
+@dataclass(frozen=True, order=True)
+class Family:
+    stem: str
+
+    def key(self, index: int) -> str:
+        """The layer's name, as histories record it: ``layer.3``."""
+        return f"{self.stem}.{index}"
+
+    def _pattern(self, index: int | str) -> re.Pattern:
+        return re.compile(rf"(?:^|(?<=[/.]))({re.escape(self.stem)}\.){index}(?=[./_]|$)")
+
+    def rename(self, text: str, a: int, b: int | str) -> str:
+        """``text`` with layer ``a``'s index replaced by ``b`` wherever it names the layer."""
+        return self._pattern(a).sub(lambda m: f"{m.group(1)}{b}", text)
+
+
+def layer_of(ident: str) -> tuple[Family, int] | None:
+    """The family and index of the first numbered component of ``ident`` (None: in no layer)."""
+    m = _NUMBERED.search(ident)
+    if m is None:
+        return None
+    return Family(m.group("stem")), int(m.group("index"))
+
+
+def parse_key(key: str) -> tuple[Family, int]:
+    """The inverse of ``Family.key``."""
+    m = re.fullmatch(r"(?P<stem>[A-Za-z_][A-Za-z_0-9]*)\.(?P<index>\d+)", key)
+    if m is None:
+        raise StudioError(f"'{key}' is not a layer name (like 'layer.3')")
+    return Family(m.group("stem")), int(m.group("index"))
+
+
+def layers(graph: Graph) -> dict[Family, dict[int, list[str]]]:
+    """Every family with at least two layers: index -> its kernel ids in graph order."""
+    found: dict[Family, dict[int, list[str]]] = {}
+    for ident in graph.nodes:
+        hit = layer_of(ident)
+        if hit is not None:
+            found.setdefault(hit[0], {}).setdefault(hit[1], []).append(ident)
+    return {f: dict(sorted(v.items())) for f, v in sorted(found.items()) if len(v) > 1}
+
+
+def members(graph: Graph, family: Family, index: int) -> list[str]:
+    """The kernel ids of one layer, in graph order."""
+    return [i for i in graph.nodes if layer_of(i) == (family, index)]
+
+
+def layer_hash(graph: Graph, family: Family, index: int, ids: list[str] | None = None) -> str:
+    """The structural hash of a layer (see the module docstring): equal hashes, equal layers."""
+    h = hashlib.sha256()
+    outside: dict[str, str] = {}          # containers of other layers or none: by order of first use
+    for ident in members(graph, family, index) if ids is None else ids:
+        node = graph.nodes[ident]
+        d = _node_to_json(node)
+        d.pop("provenance", None)
+        names = [m.container for m in node.inputs + node.outputs if m is not None]
+        d["containers"] = [graph.container(n).to_json() for n in sorted(set(names))]
+        text = json.dumps(d, sort_keys=True)
+        for name in dict.fromkeys(names):
+            if graph.container(name).role is Role.CONSTANT and name in graph.values \
+                    and graph.values[name].size <= _SMALL:                     # a constant: by its value
+                token = "§const:" + _array_digest(graph.values[name])
+            elif layer_of(name) != (family, index):
+                token = outside.setdefault(name, f"§outside{len(outside)}")
+            else:
+                continue
+            text = text.replace(json.dumps(name), json.dumps(token))
+        h.update(family.rename(text, index, "§").encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def equal_layers(graph: Graph, family: Family, index: int) -> list[int]:
+    """The other layers of ``family`` structurally equal to layer ``index`` (in index order)."""
+    groups = layers(graph).get(family, {})
+    if index not in groups:
+        return []
+    mine = layer_hash(graph, family, index, groups[index])
+    return [k for k, ids in groups.items() if k != index and layer_hash(graph, family, k, ids) == mine]
+
+
+def equal_groups(graph: Graph) -> list[tuple[Family, int, list[int]]]:
+    """Per family, its largest set of equal layers: (family, the first of them, the others); families
+    without two equal layers are left out. (The first layer of a stack often differs: it reads the
+    embeddings, and an exporter may keep a constant the later layers share inside it.)"""
+    out = []
+    for family in layers(graph):
+        found = equal_group(graph, family)
+        if found is not None:
+            out.append((family, *found))
+    return out
+
+
+def equal_group(graph: Graph, family: Family) -> tuple[int, list[int]] | None:
+    """The largest set of equal layers of ``family``: (the first, the others), or None."""
+    by_hash: dict[str, list[int]] = {}
+    for k, ids in layers(graph).get(family, {}).items():
+        by_hash.setdefault(layer_hash(graph, family, k, ids), []).append(k)
+    best = max(by_hash.values(), key=len, default=[])
+    return (best[0], best[1:]) if len(best) > 1 else None
