@@ -1,6 +1,7 @@
 """Undoable edits: QUndoCommands that call one ``Session`` method each (widgets never edit the graph).
 
-``ApplyCommand`` applies a transformation on its first ``redo`` (``Session.apply``),
+``ApplyCommand`` applies a transformation on its first ``redo`` (``Session.apply``, or the
+``first`` callable it is given: a pass, a transfer),
 re-applies it with ``Session.redo`` afterwards, and ``undo`` is ``Session.undo``.
 A command made for a step the session already holds (a replayed history) starts
 *done*: pushing it does not apply it again. When the first apply fails, the command
@@ -9,15 +10,18 @@ window then shows the error. Reverting to a step is ``QUndoStack.setIndex``.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from PySide6.QtGui import QUndoCommand
 
 from ir.errors import StudioError
 from studio.session import Session
+from transforms.history import TRANSFER
 
 
 def step_text(name: str, anchors: Sequence[str], saved: int | None = None, applications: int | None = None) -> str:
+    if name == TRANSFER:                              # a transfer step (transforms.transfer)
+        return f"repeat on equal layers ×{applications}" + (f"  ({-saved / 1e6:+.2f} MB)" if saved else "")
     if applications is not None:                      # a pass step (transforms.passes)
         return f"{name} pass ×{applications}" + (f"  ({-saved / 1e6:+.2f} MB)" if saved else "")
     where = anchors[0] if len(anchors) == 1 else f"{anchors[0]} +{len(anchors) - 1}" if anchors else "graph"
@@ -29,9 +33,12 @@ class ApplyCommand(QUndoCommand):
     """Apply transformation ``name`` at ``anchors`` (see the module docstring)."""
 
     def __init__(self, session: Session, name: str, anchors: Sequence[str],
-                 params: Mapping[str, Any] | None = None, *, done: bool = False, text: str = "") -> None:
+                 params: Mapping[str, Any] | None = None, *, done: bool = False, text: str = "",
+                 first: Callable[[], Any] | None = None) -> None:
         super().__init__(text or step_text(name, anchors))
         self.session, self.name, self.anchors, self.params = session, name, tuple(anchors), dict(params or {})
+        self.custom_text = bool(text)
+        self.first = first or (lambda: self.session.apply(self.name, self.anchors, self.params))
         self.pending = not done          # the first redo applies; later ones re-apply the kept state
         self.skip_redo = done            # a replayed step: push() must not apply it again
         self.error: StudioError | None = None
@@ -42,9 +49,10 @@ class ApplyCommand(QUndoCommand):
             self.skip_redo = False
         elif self.pending:
             try:
-                self.application = self.session.apply(self.name, self.anchors, self.params)
+                self.application = self.first()
                 self.pending = False
-                self.setText(step_text(self.name, self.anchors, self.application.delta.bytes))
+                if not self.custom_text:
+                    self.setText(step_text(self.name, self.anchors, self.application.delta.bytes))
             except StudioError as e:
                 self.error = e
                 self.setObsolete(True)

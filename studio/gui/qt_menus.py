@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 
+from studio.gui.qt_transfer import repeat_on_equal_layers
 from studio.gui.heatmap import SCALES
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
     a.preview = _action(w, "&Preview selected match", w.preview_current, "Ctrl+Shift+Return")
     a.apply = _action(w, "&Apply selected match", w.apply_current, "Ctrl+Return")
     a.rerank = _action(w, "Re-rank matches", w.schedule_rank, "F5", "Rank the matches for selection and viewport")
+    a.repeat_layers = _action(w, "Repeat on equal &layers", lambda: repeat_on_equal_layers(w), "Ctrl+Shift+L",
+                              "Apply the last steps made inside one layer to every structurally equal layer")
     a.fit = _action(w, "&Fit graph", w.view.fit, QKeySequence("F"), "Fit the whole graph in the view")
     a.collapse_all = _action(w, "Collapse all groups", w.collapse_all)
     a.expand_selected = _action(w, "Open selected groups", w.expand_selected, "+")
@@ -132,7 +135,7 @@ def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
     edit.addSeparator()
     edit.addActions([a.find, a.find_next, a.find_previous, a.palette])
     edit.addSeparator()
-    edit.addActions([a.preview, a.apply, a.rerank])
+    edit.addActions([a.preview, a.apply, a.repeat_layers, a.rerank])
     view = bar.addMenu("&View")
     view.addActions([a.fit, a.expand_selected, a.collapse_all])
     view.addSeparator()
