@@ -189,9 +189,12 @@ def graph_hash(graph: Graph, cache: "HashCache | None" = None) -> str:
 
 
 class HashCache:
-    """Digests of nodes (by id, until ``forget``) and of value arrays (by identity)."""
+    """Digests of nodes (by id, until ``forget``; not kept with ``keep_nodes=False``, for a caller
+    that hashes unrelated graphs, like a Session's states) and of value arrays and containers (by
+    identity: they are never edited, so one cache serves every state of a session)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_nodes: bool = True) -> None:
+        self.keep_nodes = keep_nodes
         self._nodes: dict[str, bytes] = {}
         self._values: dict[int, tuple[np.ndarray, str]] = {}
         self._containers: dict[int, tuple[Container, bytes]] = {}
@@ -204,7 +207,9 @@ class HashCache:
         d = self._nodes.get(ident)
         if d is None:
             text = json.dumps(_node_to_json(node), sort_keys=True, separators=(",", ":"))
-            d = self._nodes[ident] = hashlib.sha256(text.encode("utf-8")).digest()
+            d = hashlib.sha256(text.encode("utf-8")).digest()
+            if self.keep_nodes:
+                self._nodes[ident] = d
         return d
 
     def container_digest(self, c: Container) -> bytes:

@@ -24,7 +24,7 @@ from ir.memory import peak_bytes
 from ir.movement import Ledger, lower_bound
 from ir.onnx_import import import_model
 from ir.onnx_load import read_model
-from ir.serialize import graph_hash
+from ir.serialize import HashCache, graph_hash
 from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import TRANSFER, History, HistoryError, Step, check_model, load, save
@@ -111,7 +111,8 @@ class Session:
         self._cursor = 0
         self._observers: list[Observer] = []
         self.autosave_enabled = autosave and model_path is not None
-        self.original_hash = graph_hash(graph)
+        self._hashes = HashCache(keep_nodes=False)    # value and container digests, shared by the states
+        self.original_hash = graph_hash(graph, self._hashes)
         self._oracle = None           # the original model's oracle, built on the first validate()
 
     # --- opening ----------------------------------------------------------------------
@@ -245,7 +246,7 @@ class Session:
         res = run_pass(graph, t, self._cursor + 1, stop=stop, scope=scope)
         if not res.applications:
             return None
-        step = Step(name, t.params(), (), None, res.applications, graph_hash(graph), scope)
+        step = Step(name, t.params(), (), None, res.applications, graph_hash(graph, self._hashes), scope)
         return self._record(step, graph, res.application)
 
     def layer_run(self) -> tuple[str, int] | None:
@@ -282,7 +283,8 @@ class Session:
         step = Step(TRANSFER, {"layer": layer, "steps": steps, "to": targets}, (), None, 0)
         graph = self.graph.clone()
         app, count = apply_transfer(graph, step, self._steps[: self._cursor], self._cursor + 1)
-        return self._record(replace(step, applications=count, graph_hash=graph_hash(graph)), graph, app)
+        step = replace(step, applications=count, graph_hash=graph_hash(graph, self._hashes))
+        return self._record(step, graph, app)
 
     def apply_step(self, step: Step) -> Application:
         """Apply a history step (a single match or a pass); undoable."""
@@ -290,7 +292,8 @@ class Session:
 
     def _apply_step(self, step: Step) -> Application:
         graph = self._work_copy(step)
-        app = apply_step(graph, step, self._cursor + 1, backup=False, earlier=self._steps[: self._cursor])
+        app = apply_step(graph, step, self._cursor + 1, backup=False, earlier=self._steps[: self._cursor],
+                         hashes=self._hashes)
         return self._record(step, graph, app)
 
     def _record(self, step: Step, graph: Graph, app: Application) -> Application:

@@ -69,18 +69,19 @@ class StepReport:
 
 
 def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None,
-               backup: bool = True, earlier: Sequence[Step] = ()) -> Application:
+               backup: bool = True, earlier: Sequence[Step] = (), hashes: HashCache | None = None) -> Application:
     """Apply one history step; errors become ReplayError naming the step. ``backup=False`` when
     ``graph`` is a throw-away copy (the Session applies to a clone and keeps the original).
-    ``earlier``: the steps before it (a transfer step repeats some of them)."""
+    ``earlier``: the steps before it (a transfer step repeats some of them); ``hashes``: digests to
+    reuse for the graph hash a pass or transfer step checks (its touched nodes are forgotten first)."""
     if step.is_transfer:
-        return _apply_transfer(graph, step, number, path, earlier)
+        return _apply_transfer(graph, step, number, path, earlier, hashes)
     try:
         t = create(step.transformation, step.params)
     except StudioError as e:
         raise ReplayError(number, step.transformation, e.summary, path=path) from None
     if step.is_pass:
-        return _apply_pass(graph, t, step, number, path)
+        return _apply_pass(graph, t, step, number, path, hashes)
     stale = [a for a in step.anchors if a not in graph.nodes]
     if stale:
         raise ReplayError(number, step.transformation,
@@ -92,7 +93,15 @@ def apply_step(graph: Graph, step: Step, number: int, *, path: str | None = None
         raise ReplayError(number, step.transformation, e.summary, path=path) from None
 
 
-def _apply_transfer(graph: Graph, step: Step, number: int, path: str | None, earlier: Sequence[Step]) -> Application:
+def _hash_after(graph: Graph, app: Application, hashes: HashCache | None) -> str:
+    if hashes is None:
+        return graph_hash(graph)
+    hashes.forget(app.created + app.changed + app.removed)
+    return graph_hash(graph, hashes)
+
+
+def _apply_transfer(graph: Graph, step: Step, number: int, path: str | None, earlier: Sequence[Step],
+                    hashes: HashCache | None) -> Application:
     """A transfer step: its source steps again on each target layer; the count and graph must match."""
     try:
         app, count = apply_transfer(graph, step, earlier, number)
@@ -102,13 +111,13 @@ def _apply_transfer(graph: Graph, step: Step, number: int, path: str | None, ear
         raise ReplayError(number, step.transformation,
                           f"the transfer applied {count} times, {step.applications} when the history was "
                           "recorded (the model or an earlier step differs)", path=path)
-    if step.graph_hash is not None and graph_hash(graph) != step.graph_hash:
+    if step.graph_hash is not None and _hash_after(graph, app, hashes) != step.graph_hash:
         raise ReplayError(number, step.transformation,
                           "the transfer produced a different graph than when the history was recorded", path=path)
     return app
 
 
-def _apply_pass(graph: Graph, t, step: Step, number: int, path: str | None) -> Application:
+def _apply_pass(graph: Graph, t, step: Step, number: int, path: str | None, hashes: HashCache | None) -> Application:
     """A pass step: the fixpoint again, which must reproduce the recorded count and graph."""
     try:
         res = run_pass(graph, t, number, limit=step.applications + 1, scope=step.scope)   # one more: it must stop there
@@ -118,7 +127,7 @@ def _apply_pass(graph: Graph, t, step: Step, number: int, path: str | None) -> A
         raise ReplayError(number, step.transformation,
                           f"the pass applied {res.applications} times, {step.applications} when the history was "
                           "recorded (the model or an earlier step differs)", path=path)
-    if step.graph_hash is not None and graph_hash(graph) != step.graph_hash:
+    if step.graph_hash is not None and _hash_after(graph, res.application, hashes) != step.graph_hash:
         raise ReplayError(number, step.transformation,
                           "the pass produced a different graph than when the history was recorded (same number "
                           "of applications; a transformation changed since?)", path=path)
@@ -148,7 +157,8 @@ def replay(graph: Graph, history: History, *, on_step: Callable[[StepReport], No
         if stop is not None and stop():
             break
         t0 = time.perf_counter()
-        app = apply_step(graph, step, number, path=path, backup=False, earlier=history.steps[:number - 1])
+        app = apply_step(graph, step, number, path=path, backup=False, earlier=history.steps[:number - 1],
+                         hashes=hashes)
         hashes.forget(app.created + app.changed + app.removed)
         delta = ledger.update(app.removed, app.changed, app.created)
         bound = lower_bound(graph)
