@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ir.containers import Role
 from ir.errors import StudioError
@@ -37,6 +37,7 @@ class Opened:
     session: Session
     steps: int                      # steps replayed
     error: str | None = None        # why replaying stopped early
+    prepared: Any = None            # what ``prepare(session)`` made in the worker (the view's scope tree)
 
 
 def _replay_value(session: Session, hist: History, token: CancelToken, progress: Progress, done: int,
@@ -57,11 +58,14 @@ def _replay_value(session: Session, hist: History, token: CancelToken, progress:
 def open_session(model: str | os.PathLike, histories: Sequence[History | str | os.PathLike] = (), *,
                  bindings: Mapping[str, int] | None = None, autosave: bool = True,
                  training: Mapping[str, Any] | None = None, start: Session | None = None,
+                 prepare: Callable[[Session], Any] | None = None,
                  token: CancelToken | None = None, progress: Progress = no_progress) -> Opened:
     """Import ``model`` (as its training step when ``training`` or the first history that records
     training options say so) and replay ``histories`` in order (see the module docstring). With
     ``start`` (the session already open on ``model``), its imported graph is reused: a state's graph
-    is never edited, so the new session starts from the same one without importing again."""
+    is never edited, so the new session starts from the same one without importing again.
+    ``prepare(session)`` runs last, in the worker (the window builds the view's scope tree and the
+    peak memory there, not on the GUI thread); its result is ``Opened.prepared``."""
     token = token or CancelToken()
     values = [h if isinstance(h, History) else load(h) for h in histories]
     training = training or next((h.training for h in values if h.training), None)
@@ -80,8 +84,12 @@ def open_session(model: str | os.PathLike, histories: Sequence[History | str | o
         try:
             done += _replay_value(session, hist, token, progress, done, total)
         except HistoryError as e:
-            return Opened(session, session.cursor, f"{where}: {e.summary}")
-    return Opened(session, session.cursor)
+            return Opened(session, session.cursor, f"{where}: {e.summary}", _prepared(prepare, session))
+    return Opened(session, session.cursor, None, _prepared(prepare, session))
+
+
+def _prepared(prepare: Callable[[Session], Any] | None, session: Session) -> Any:
+    return prepare(session) if prepare is not None else None
 
 
 def needs_training(session: Session) -> bool:

@@ -97,6 +97,10 @@ class QtGraphView(QGraphicsView):
         self._fit_next = self._fit_next or fresh
         self.relayout()
 
+    def seed_tree(self, graph: Graph, tree: ScopeTree) -> None:
+        """Take ``graph``'s scope tree built elsewhere (a loading worker) with the current options."""
+        self._trees[(id(graph), tuple(sorted(self.tree_options.items())))] = (graph, tree)
+
     def _tree_for(self, graph: Graph, touched: set[str] | None = None) -> ScopeTree:
         """The scope tree of ``graph`` (cached per graph object: undo and redo return to old graphs);
         updated from the current tree when only ``touched`` kernels differ from its graph."""
