@@ -107,6 +107,15 @@ class Transformation:
     def check(self, graph: Graph, match: Match) -> MatchResult:
         raise NotImplementedError
 
+    def prepare(self, graph: Graph, match: Match) -> tuple[MatchResult, Any]:
+        """``check``, plus what it computed that the rewrite can reuse (one plan per match: a
+        planned fusion's built kernel); ``engine.apply`` hands it to ``rewrite_prepared``."""
+        return self.check(graph, match), None
+
+    def rewrite_prepared(self, graph: Graph, match: Match, step: int, prepared: Any) -> Touched:
+        """``rewrite`` given what ``prepare`` returned on this same graph (default: ignores it)."""
+        return self.rewrite(graph, match, step)
+
     def affected(self, graph: Graph, match: Match) -> tuple[str, ...]:
         """Node ids a rewrite may remove or change (default: the anchors)."""
         return match.anchors

@@ -36,7 +36,7 @@ def apply(graph: Graph, t: Transformation, match: Match, step: int = 0, *,
           check_verify: bool = True, backup: bool = True) -> Application:
     """Apply ``t`` at ``match`` in place; return the Application (see module docstring).
     ``backup=False`` skips the rollback copy, for callers that work on a throw-away clone."""
-    res = t.check(graph, match)
+    res, prepared = t.prepare(graph, match)
     if not res.ok:
         node = graph.nodes.get(res.nodes[0]) if res.nodes else None
         raise MatchFailure(f"{t.name} does not apply: {res.reason}", node, graph)
@@ -48,7 +48,7 @@ def apply(graph: Graph, t: Transformation, match: Match, step: int = 0, *,
     # only for ``figures`` shares the nodes outside it (a rewrite replaces containers, never edits them)
     saved = graph.clone() if backup else graph.clone_sharing(affected) if reports_figures else None
     try:
-        touched = t.rewrite(graph, match, step)
+        touched = t.rewrite_prepared(graph, match, step, prepared)
         _ensure(graph, t, affected, before, touched, check_verify, written)
     except StudioError:
         _restore(graph, saved)

@@ -124,8 +124,6 @@ class HorizontalFusion(PlannedFusion):
         raise FusionError(f"'{a.id}' and '{b.id}' have different iteration spaces, and neither runs "
                           f"inside the other: {errors[0]}")
 
-    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        plan = self._plan(graph, match)
-        fused = self._build(graph, plan)
+    def _swap(self, graph: Graph, match: Match, step: int, plan, fused) -> Touched:
         swap_kernels(graph, match.anchors, fused, (self.name, step))
         return touched(match.anchors, fused.id)

@@ -80,6 +80,9 @@ class MapFusion(PlannedFusion):
         p, c, container = plan
         return fuse_point(graph, p, c, container, fused_id(graph, p.id))
 
+    def rewrite_prepared(self, graph: Graph, match: Match, step: int, prepared) -> Touched:
+        return self.rewrite(graph, match, step)       # builds after removing the pair (see planned.py)
+
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
         p, c, container = self._plan(graph, match)
         graph.remove_node(p.id)

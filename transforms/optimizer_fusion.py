@@ -127,10 +127,8 @@ class OptimizerFusion(PlannedFusion):
             return absorb_consumer(graph, g, c, shared, fused_id(graph, g.id))
         return fuse_epilogue(graph, g, c, epilogue_id(g.id))
 
-    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        plan = self._plan(graph, match)
+    def _swap(self, graph: Graph, match: Match, step: int, plan, fused) -> Touched:
         g, u, shared = plan
-        fused = self._build(graph, plan)
         swap_kernels(graph, (g.id, u.id), fused, (self.name, step))
         drop_dead(graph, shared + [m.container for m in u.inputs if m is not None])
         return touched(match.anchors, fused.id)

@@ -122,10 +122,8 @@ class ReductionFusion(PlannedFusion):
             return inline_producer(graph, p, c, shared[0], new_id)
         return absorb_consumer(graph, p, c, shared, new_id)
 
-    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        plan = self._plan(graph, match)
+    def _swap(self, graph: Graph, match: Match, step: int, plan, fused) -> Touched:
         p, c, shared, _ = plan
-        fused = self._build(graph, plan, fused_id(graph, p.id))
         swap_kernels(graph, (p.id, c.id), fused, (self.name, step))
         drop_dead(graph, shared + p.output_names())
         return touched(match.anchors, fused.id)
