@@ -28,6 +28,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ir.containers import Role
 from ir.errors import StudioError
@@ -54,8 +55,10 @@ class Family:
         return self._pattern(a).sub(lambda m: f"{m.group(1)}{b}", text)
 
 
+@lru_cache(maxsize=1 << 16)
 def layer_of(ident: str) -> tuple[Family, int] | None:
-    """The family and index of the first numbered component of ``ident`` (None: in no layer)."""
+    """The family and index of the first numbered component of ``ident`` (None: in no layer).
+    Cached: a pass limited to a layer asks for every kernel id on every sweep."""
     m = _NUMBERED.search(ident)
     if m is None:
         return None
