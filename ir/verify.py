@@ -48,9 +48,7 @@ def verify(graph: Graph, maps: Iterable[str] | None = None) -> None:
     writer: dict[str, str] = {}
     defined = set(graph.inputs) | set(graph.values)
     for node in graph.nodes.values():
-        for m in node.inputs + node.outputs:
-            if m is not None and m.container not in graph.containers:
-                raise _fail(graph, node, f"memlet names unknown container '{m.container}'")
+        _check_memlets(graph, node)
         for m in node.outputs:
             if m is None:
                 continue
@@ -69,10 +67,7 @@ def verify(graph: Graph, maps: Iterable[str] | None = None) -> None:
     for name in graph.outputs:
         if name not in writer and name not in defined:
             raise _fail(graph, None, f"graph output '{name}' is never produced")
-    try:
-        graph.topo_order()
-    except GraphError as e:
-        raise _fail(graph, e.node, "the graph has a cycle through this node") from None
+    _check_acyclic(graph)
 
 
 def verify_edit(graph: Graph, nodes: Iterable[str], containers: Iterable[str]) -> None:
@@ -85,9 +80,7 @@ def verify_edit(graph: Graph, nodes: Iterable[str], containers: Iterable[str]) -
     defined = set(graph.inputs)
     for ident in nodes:
         node = graph.nodes[ident]
-        for m in node.inputs + node.outputs:
-            if m is not None and m.container not in graph.containers:
-                raise _fail(graph, node, f"memlet names unknown container '{m.container}'")
+        _check_memlets(graph, node)
         for m in node.outputs:
             if m is None:
                 continue
@@ -111,10 +104,20 @@ def verify_edit(graph: Graph, nodes: Iterable[str], containers: Iterable[str]) -
         if name in graph.outputs:
             raise _fail(graph, None, f"graph output '{name}' is never produced")
     if not graph.is_sorted():
-        try:
-            graph.topo_order()
-        except GraphError as e:
-            raise _fail(graph, e.node, "the graph has a cycle through this node") from None
+        _check_acyclic(graph)
+
+
+def _check_memlets(graph: Graph, node) -> None:
+    for m in node.inputs + node.outputs:
+        if m is not None and m.container not in graph.containers:
+            raise _fail(graph, node, f"memlet names unknown container '{m.container}'")
+
+
+def _check_acyclic(graph: Graph) -> None:
+    try:
+        graph.topo_order()
+    except GraphError as e:
+        raise _fail(graph, e.node, "the graph has a cycle through this node") from None
 
 
 def _defined(graph: Graph, name: str, inputs: set[str]) -> bool:

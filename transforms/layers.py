@@ -122,18 +122,6 @@ def equal_layers(graph: Graph, family: Family, index: int) -> list[int]:
     return [k for k, ids in groups.items() if k != index and layer_hash(graph, family, k, ids) == mine]
 
 
-def equal_groups(graph: Graph) -> list[tuple[Family, int, list[int]]]:
-    """Per family, its largest set of equal layers: (family, the first of them, the others); families
-    without two equal layers are left out. (The first layer of a stack often differs: it reads the
-    embeddings, and an exporter may keep a constant the later layers share inside it.)"""
-    out = []
-    for family in layers(graph):
-        found = equal_group(graph, family)
-        if found is not None:
-            out.append((family, *found))
-    return out
-
-
 def equal_group(graph: Graph, family: Family) -> tuple[int, list[int]] | None:
     """The largest set of equal layers of ``family``: (the first, the others), or None."""
     by_hash: dict[str, list[int]] = {}

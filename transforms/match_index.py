@@ -86,10 +86,9 @@ class MatchIndex:
         self._cands: dict[Key, tuple[Transformation, Match]] = {}
         self._by_node: dict[str, frozenset[Key]] = {}
         self._ranked: dict[Key, engine.Ranked] = {}
-        self._deps: dict[Key, tuple[str, ...]] = {}    # a ranking's affected kernels
         self._watch: dict[str, frozenset[Key]] = {}    # kernel id -> rankings that read it
         self._dirty: set[Transformation] = set()       # graph-wide ones to match on the next full listing
-        self._graph_wide = {key_of(t, Match(t.name, ()))[:2] for t in self.instances if not t.local_matches}
+        self._graph_wide = {(t.name, repr(t)) for t in self.instances if not t.local_matches}
         if not _empty:
             for t in self.instances:
                 self._find(t, None)
@@ -114,7 +113,6 @@ class MatchIndex:
                     else:
                         self._by_node.pop(a, None)
             self._ranked.pop(k, None)
-            self._deps.pop(k, None)
 
     def after(self, graph: Graph, app: Application) -> "MatchIndex":
         """The index of ``graph``, the graph after ``app`` was applied to this index's graph."""
@@ -122,7 +120,7 @@ class MatchIndex:
             return MatchIndex(graph, self.instances)
         new = MatchIndex(graph, self.instances, _empty=True)
         new._cands, new._by_node = dict(self._cands), dict(self._by_node)
-        new._ranked, new._deps, new._watch = dict(self._ranked), dict(self._deps), dict(self._watch)
+        new._ranked, new._watch = dict(self._ranked), dict(self._watch)
         hood = neighbourhood(self.graph, graph, app)
         stale: set[Key] = set()
         for ident in hood:
@@ -130,8 +128,7 @@ class MatchIndex:
             stale |= new._watch.get(ident, frozenset())
         global_ts = [t for t in self.instances if not t.local_matches]
         if global_ts:
-            names = {key_of(t, Match(t.name, ()))[:2] for t in global_ts}
-            stale |= {k for k in new._cands if k[:2] in names}
+            stale |= {k for k in new._cands if k[:2] in self._graph_wide}
         new._drop(stale)
         new._dirty = set(global_ts)
         inside = _widen(graph, [i for i in hood if i in graph.nodes])
@@ -179,7 +176,6 @@ class MatchIndex:
                 deps = tuple(t.affected(self.graph, m))
             except Exception:  # noqa: BLE001 - a failed match's affected set is its anchors
                 deps = m.anchors
-            self._deps[k] = deps
             for ident in deps:
                 self._watch[ident] = self._watch.get(ident, frozenset()) | {k}
             self._ranked[k] = r

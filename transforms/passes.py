@@ -25,6 +25,7 @@ from ir.movement import Estimate
 from ir.verify import verify
 from transforms import engine
 from transforms.base import Application, Transformation
+from transforms.layers import members, parse_key
 
 SWEEPS = 1_000         # a fixpoint is reached long before this; more means a transformation oscillates
 
@@ -65,17 +66,23 @@ def run_pass(graph: Graph, t: Transformation, step: int, *, limit: int = 100_000
         verify(graph)
     except VerificationError as e:
         raise PostconditionError(f"{t.name} pass produced an invalid graph: {e.summary}", e.node, graph) from e
+    return PassResult(net_application(graph, before, touched, t.name, t.params(), delta, step), count)
+
+
+def net_application(graph: Graph, before: set[str], touched: set[str], name: str, params: dict,
+                    delta: Estimate, step: int) -> Application:
+    """The net effect of many applications on ``graph`` (see the module docstring): ``before``, the
+    kernel ids before them; ``touched``, the ids they created or changed."""
     after = set(graph.nodes)
     created = tuple(i for i in graph.nodes if i not in before)
     removed = tuple(sorted(before - after))
     changed = tuple(i for i in graph.nodes if i in before and i in touched)
-    return PassResult(Application(t.name, t.params(), (), created, removed, changed, delta, step), count)
+    return Application(name, params, (), created, removed, changed, delta, step)
 
 
 def _matches(graph: Graph, t: Transformation, scope: str | None) -> list:
     if scope is None:
         return list(t.matches(graph))
-    from transforms.layers import members, parse_key
     family, index = parse_key(scope)
     ids = members(graph, family, index)
     inside = set(ids)

@@ -17,6 +17,7 @@ hash, like a pass. The result is one undoable step whose ``Application`` is the 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from ir.errors import MatchFailure, StudioError
@@ -26,7 +27,7 @@ from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import TRANSFER, Step
 from transforms.layers import Family, layer_of, parse_key
-from transforms.passes import run_pass
+from transforms.passes import net_application, run_pass
 from transforms.registry import create
 
 
@@ -62,7 +63,6 @@ def check_source(steps: Sequence[Step], layer: str) -> None:
 
 def renamed(s: Step, family: Family, a: int, b: int) -> Step:
     """Step ``s`` (inside layer ``a``) as it applies to layer ``b``."""
-    from dataclasses import replace
     if s.is_pass:
         return replace(s, scope=family.key(b), graph_hash=None, bytes_after=None)
     return replace(s, anchors=tuple(family.rename(x, a, b) for x in s.anchors), bytes_after=None)
@@ -85,36 +85,22 @@ def apply_transfer(graph: Graph, step: Step, earlier: Sequence[Step], number: in
         for k, s in enumerate(steps, start=1):
             mapped = renamed(s, family, a, b)
             try:
-                apps = _apply(graph, mapped, number)
+                app, n = _apply(graph, mapped, number)
             except StudioError as e:
                 raise TransferError(f"on {target}, step {k} of {len(steps)} ({s.transformation}) does not apply: "
                                     f"{e.summary} (is {target} still equal to {layer}?)") from None
-            for app in apps:
-                touched.update(app.created + app.changed)
-                delta = delta + app.delta
-                count += 1
-    after = set(graph.nodes)
-    created = tuple(i for i in graph.nodes if i not in before)
-    removed = tuple(sorted(before - after))
-    changed = tuple(i for i in graph.nodes if i in before and i in touched)
-    return Application(TRANSFER, dict(step.params), (), created, removed, changed, delta, number), count
+            touched.update(app.created + app.changed)
+            delta, count = delta + app.delta, count + n
+    return net_application(graph, before, touched, TRANSFER, dict(step.params), delta, number), count
 
 
-def _apply(graph: Graph, s: Step, number: int) -> list[Application]:
+def _apply(graph: Graph, s: Step, number: int) -> tuple[Application, int]:
+    """One renamed step: its (net) Application and its number of applications."""
     t = create(s.transformation, s.params)
     if s.is_pass:
         res = run_pass(graph, t, number, scope=s.scope)
-        return _pass_apps(res)
+        return res.application, res.applications
     gone = [x for x in s.anchors if x not in graph.nodes]
     if gone:
         raise MatchFailure(f"no kernel {', '.join(repr(x) for x in gone)} in this layer", None, graph)
-    return [engine.apply(graph, t, Match(t.name, s.anchors), number, backup=False)]
-
-
-def _pass_apps(res) -> list[Application]:
-    """A pass's net Application counted as its number of applications (for the transfer's count)."""
-    if not res.applications:
-        return []
-    app = res.application
-    zero = Application(app.transformation, app.params, (), (), (), (), Estimate(), app.step)
-    return [app] + [zero] * (res.applications - 1)
+    return engine.apply(graph, t, Match(t.name, s.anchors), number, backup=False), 1
