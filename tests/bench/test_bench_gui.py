@@ -20,8 +20,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QSettings  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from studio.session import Session  # noqa: E402
 from transforms.registry import create  # noqa: E402
@@ -38,16 +36,10 @@ def _p95(xs):
 
 
 @pytest.fixture
-def window(qapp, tmp_path):
-    from studio.gui.qt_main_window import QtMainWindow
-    w = QtMainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), restore_policy="never",
-                     autosave=False, rank_delay_ms=10**8)
+def window(make_window):
+    w = make_window(autosave=False, rank_delay_ms=10**8)
     w.resize(1500, 950)
-    w.show()
-    yield w
-    w.close()
-    w.deleteLater()
-    QApplication.processEvents()
+    return w
 
 
 def _settle(qtbot, w, timeout=30000):

@@ -171,19 +171,10 @@ class _Gaps:
 
 
 @pytest.fixture
-def window(qapp, tmp_path):
-    pytest.importorskip("PySide6")
-    from PySide6.QtCore import QSettings
-    from PySide6.QtWidgets import QApplication
-    from studio.gui.qt_main_window import QtMainWindow
-    w = QtMainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), restore_policy="never",
-                     autosave=False)
+def window(make_window):
+    w = make_window(autosave=False)
     w.resize(1500, 950)
-    w.show()
-    yield w
-    w.close()
-    w.deleteLater()
-    QApplication.processEvents()
+    return w
 
 
 def test_studio_on_12_layers(qtbot, window, tmp_path):

@@ -3,22 +3,17 @@ built here, the action pushes one undoable transfer step that makes the equal la
 tuned one; undo takes it back; with nothing to repeat, the window says why."""
 from __future__ import annotations
 
-import onnx
 import pytest
-import torch
 
 from studio.session import Session
-from tests.peer.hf_style_models import BertClassifier, export, randomize
+from tests.peer.hf_style_models import save_bert_stack
 from transforms.layers import Family, equal_group, layer_hash, layer_of
 
 
 @pytest.fixture(scope="module")
 def stack_model(tmp_path_factory):
-    torch.manual_seed(0)
-    module = randomize(BertClassifier(vocab=40, ctx=8, width=16, heads=2, layers=3))
-    ids = torch.randint(0, 40, (2, 8), generator=torch.Generator().manual_seed(1))
     path = tmp_path_factory.mktemp("stack") / "bert3.onnx"
-    onnx.save(export(module, (ids,), dynamo=False, names=("input_ids",), training=True), path)
+    save_bert_stack(path, layers=3)
     return path
 
 

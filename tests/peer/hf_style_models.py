@@ -179,6 +179,15 @@ class BertClassifier(nn.Module):
         return self.classifier(torch.tanh(self.pooler.dense(x[:, 0])))
 
 
+def save_bert_stack(path, layers: int = 3) -> None:
+    """A tiny ``layers``-layer BertClassifier (width 16, 2 heads, sequence 8, batch 2), exported by the
+    TorchScript exporter in training mode to ``path``: the stack of equal layers the transfer tests tune."""
+    torch.manual_seed(0)
+    module = randomize(BertClassifier(vocab=40, ctx=8, width=16, heads=2, layers=layers))
+    ids = torch.randint(0, 40, (2, 8), generator=torch.Generator().manual_seed(1))
+    onnx.save(export(module, (ids,), dynamo=False, names=("input_ids",), training=True), path)
+
+
 # ---- ViT ---------------------------------------------------------------------------------
 
 class ViTLayer(nn.Module):

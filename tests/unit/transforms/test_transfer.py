@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import onnx
 import pytest
-import torch
 
 from ir.errors import StudioError
 from studio.recipe import run_recipe, tune_one_layer
 from studio.session import Session
-from tests.peer.hf_style_models import BertClassifier, export, randomize
+from tests.peer.hf_style_models import save_bert_stack
 from transforms.layers import Family, equal_group, layer_hash, layer_of, layers, parse_key
 from transforms.replay import replay
 
@@ -23,11 +21,8 @@ TRAINING = {"loss": "mse", "optimizer": "adamw"}
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    torch.manual_seed(0)
-    module = randomize(BertClassifier(vocab=40, ctx=8, width=16, heads=2, layers=3))
-    ids = torch.randint(0, 40, (2, 8), generator=torch.Generator().manual_seed(1))
     path = tmp_path_factory.mktemp("stack") / "bert3.onnx"
-    onnx.save(export(module, (ids,), dynamo=False, names=("input_ids",), training=True), path)
+    save_bert_stack(path, layers=3)
     return path
 
 
