@@ -46,7 +46,7 @@ from studio.session_marker import Hold, crashed
 from transforms.history import load as load_history
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "bert_layer_base_train.onnx"
-SWITCH_INTERVAL_S = 0.001        # the GIL switch interval while a window is open (see __init__)
+SWITCH_INTERVAL_S = 0.0002  # the GIL switch interval while a window is open (see __init__)
 
 
 class QtMainWindow(QMainWindow):
@@ -62,7 +62,11 @@ class QtMainWindow(QMainWindow):
         self.marker = Hold()                       # this window's session marker (crash detection)
         # replays, rankings and imports run on worker threads: with Python's default 5 ms GIL switch
         # interval the event loop waited behind them for 100-250 ms at a time (a 500-step history of
-        # a 12-layer model); at 1 ms it stays under 100 ms
+        # a 12-layer model). A paint calls the Python table models' data() hundreds of times, each call
+        # waiting up to one interval for the GIL while a worker runs: at 1 ms the first paint of the
+        # 4,777-row Data movement table after a session switch took up to 140 ms (the switch blocked
+        # the loop 180-246 ms), at 0.2 ms the switch blocks it 111-143 ms. The replay's own time
+        # did not change (7.3-8.7 s): the interval only matters while a thread waits
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self.training_dialog = None
         self.session: Session | None = None
