@@ -285,12 +285,7 @@ def _stop_writing(graph: Graph, p: ComputeNode, drop: set[str]) -> None:
 def relinked(graph: Graph, node: ComputeNode, edit) -> None:
     """Run ``edit`` (which changes ``node``'s memlets) with ``node`` out of the graph, so the
     use-def entries are rebuilt from its new memlets; it keeps its place in ``graph.nodes``."""
-    ids = list(graph.nodes)
-    at = ids.index(node.id)
-    after = ids[at + 1] if at + 1 < len(ids) else None
-    graph.remove_node(node.id)
-    edit()
-    graph.add_node(node, before=after)
+    graph.replace_node(node.id, node, edit)
 
 
 __all__ = ["Recompute"]

@@ -89,11 +89,7 @@ def refresh(graph: Graph, node: ComputeNode) -> ComputeNode:
 
 def replace(graph: Graph, node: ComputeNode) -> None:
     """Put ``node`` where the graph's node with the same id is (use-def updated)."""
-    order = list(graph.nodes)
-    at = order.index(node.id)
-    after = order[at + 1] if at + 1 < len(order) else None
-    graph.remove_node(node.id)
-    graph.add_node(node, before=after)
+    graph.replace_node(node.id, node)
     if isinstance(node, OpNode):
         graph.opsets.setdefault(node.domain, node.opset)   # e.g. a MatMul that became FusedMatMul
 

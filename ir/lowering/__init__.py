@@ -109,11 +109,7 @@ def expand_node(graph: Graph, node_id: str, impl: str | None = None) -> MapNode:
     if m.id in graph.nodes:
         raise GraphError(f"the map id '{m.id}' is already taken", node, graph,
                          hint="Remove or rename the existing node first")
-    order = list(graph.nodes)
-    at = order.index(node_id)
-    after = order[at + 1] if at + 1 < len(order) else None
-    graph.remove_node(node_id)
-    graph.add_node(m, before=after)
+    graph.replace_node(node_id, m)
     return m
 
 
