@@ -81,15 +81,21 @@ class MapFusion(PlannedFusion):
         return fuse_point(graph, p, c, container, fused_id(graph, p.id))
 
     def rewrite_prepared(self, graph: Graph, match: Match, step: int, prepared) -> Touched:
-        return self.rewrite(graph, match, step)       # builds after removing the pair (see planned.py)
-
-    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        p, c, container = self._plan(graph, match)
+        """Put the kernel the check built in place of the pair. Its id is claimed only once the
+        pair is gone (fusing ``fused:x`` again keeps ``fused:x``; a taken id gets a ``~k``
+        suffix): the kernel built before depends on its id only through ``id`` and ``name``."""
+        if prepared is None:
+            plan = self._plan(graph, match)
+            prepared = (plan, None)
+        (p, c, container), fused = prepared
         graph.remove_node(p.id)
         graph.remove_node(c.id)
         new_id = graph.ids.claim(fused_id(graph, p.id))
         graph.ids.release(new_id)
-        fused = fuse_point(graph, p, c, container, new_id)
+        if fused is None:
+            fused = fuse_point(graph, p, c, container, new_id)
+        elif fused.id != new_id:
+            fused.id = fused.name = new_id
         fused.provenance = (self.name, step)
         graph.splice((), (fused,))
         if container not in graph.outputs and not graph.consumers(container) and graph.producer(container) is None:

@@ -6,7 +6,7 @@ which builds the fused kernel off the graph or raises ``FusionError`` with the
 reason. ``prepare`` (and ``check``) is the plan plus a trial build, so a match is offered
 only when its rewrite will succeed, and ``engine.apply`` hands the built kernel to
 ``rewrite_prepared``, whose ``_swap`` puts it in place: one plan and one build per applied
-match. ``map_fusion`` builds again after removing the pair (its id may be claimed anew);
+match (``map_fusion`` renames its kernel when the id it claims after removing the pair differs);
 ``two_maps`` is the common first step of map fusions.
 """
 from __future__ import annotations
