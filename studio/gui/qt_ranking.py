@@ -7,7 +7,9 @@ then again once ranked. Results are cached per (graph, selection, viewport), so 
 and redo show their lists at once; candidates and predictions come from the session's
 ``MatchIndex`` of the graph (built in the worker on first use, then derived after each
 apply from the neighbourhood of the rewrite), so a new selection, a scrolled viewport or
-the state after an apply only ranks the matches not ranked before. A child of the window; it reaches the window
+the state after an apply only ranks the matches not ranked before. While the listing shown was
+ranked on an earlier graph (an apply, undo or redo since), the dock marks it out of date
+(``set_stale``) until the new ranking reaches it; nothing waits for it. A child of the window; it reaches the window
 through ``parent()`` (no Python reference cycle).
 """
 from __future__ import annotations
@@ -30,9 +32,17 @@ class QtRanker(QObject):
         self.delay_ms = delay_ms
         self.timer = QTimer(self, singleShot=True, interval=delay_ms)
         self.timer.timeout.connect(self.rank)
+        self.shown = None                    # the graph the listing on show was ranked on
 
     def schedule(self, delay_ms: int | None = None) -> None:
+        self._mark()
         self.timer.start(self.delay_ms if delay_ms is None else delay_ms)
+
+    def _mark(self) -> None:
+        """Mark the listing out of date when the session's graph is not the one it was ranked on."""
+        w = self.parent()
+        graph = w.session.graph if w.session is not None else None
+        w.transformations.set_stale(self.shown is not None and self.shown is not graph)
 
     def rank(self) -> None:
         """Rank the matches for selection, viewport and whole graph in the background."""
@@ -44,8 +54,9 @@ class QtRanker(QObject):
         vp = tuple(w.view.viewport_ids()) or None
         key = (id(graph), sel, vp)
         if key in self.cache and self.cache[key][0] is graph:
-            self._show(self.cache[key][1])
+            self._show(self.cache[key][1], graph)
             return
+        self._mark()
         if self.task is not None:
             self.task.cancel()
         session = w.session
@@ -72,6 +83,7 @@ class QtRanker(QObject):
         label, rows = item
         task.context["shown"][label] = rows
         if self._current(task):
+            self.shown = task.context["graph"]
             self.parent().transformations.show_groups(task.context["shown"])
 
     def _done(self, groups) -> None:
@@ -83,9 +95,10 @@ class QtRanker(QObject):
         if task is self.task:
             self.task = None
         if current:
-            self._show(groups)
+            self._show(groups, task.context["graph"])
 
-    def _show(self, groups) -> None:
+    def _show(self, groups, graph) -> None:
+        self.shown = graph
         dock = self.parent().transformations
         dock.show_groups(groups)
         n = sum(len(v) for v in groups.values())

@@ -5,7 +5,8 @@ status; matches whose check fails are greyed, with the check's reason (which nam
 the nodes) as status and tooltip. Hovering a row emits ``hovered`` with the kernels
 it would touch; *Preview* shows the diff (the view marks removed and changed
 kernels, the pane lists them with the new kernels' IR); *Apply* and *Apply all of
-this kind* only emit requests: the window turns them into undo commands.
+this kind* only emit requests: the window turns them into undo commands. While the listing
+was ranked on an earlier graph (``set_stale``), it is italic under an "out of date" note.
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from studio.gui.ranking import GROUPS, Preview
 from transforms.engine import Ranked
 
 ROLE = Qt.ItemDataRole.UserRole
+STALE_NOTE = "⟳ out of date: the graph changed, re-ranking"
+STALE_TIP = ("These matches were ranked before the last change to the graph; the new ranking replaces "
+             "them when it is ready. Applying one that the change removed says so.")
 
 
 class _Tree(QTreeWidget):
@@ -77,6 +81,7 @@ class QtTransformationsDock(QDockWidget):
         self.apply_button.clicked.connect(lambda: self._request(self.applyRequested))
         self.apply_all_button.clicked.connect(lambda: self._request(self.applyAllRequested))
         self.wanted: tuple | None = None        # the row the user chose; kept across re-listings
+        self.stale, self.status_text = False, "no model"
         self._filling = False
         self._update_buttons()
 
@@ -100,10 +105,25 @@ class QtTransformationsDock(QDockWidget):
             b.setEnabled(r is not None and r.ok)
 
     def set_status(self, text: str) -> None:
-        self.status.setText(text)
+        self.status_text = text
+        self.status.setText(f"{STALE_NOTE} · {text}" if self.stale else text)
+
+    def set_stale(self, stale: bool) -> None:
+        """Mark the listing as ranked on an earlier graph (italic, a note above it), or clear the
+        mark. The rows stay usable: applying one that the change removed says so and asks to re-rank."""
+        if stale == self.stale:
+            return
+        self.stale = stale
+        font = self.tree.font()
+        font.setItalic(stale)
+        self.tree.setFont(font)
+        self.tree.setToolTip(STALE_TIP if stale else "")
+        self.set_status(self.status_text)
 
     def show_groups(self, groups: dict[str, list[Ranked]]) -> None:
-        """Replace the listing (keeps the current match selected when it is still there)."""
+        """Replace the listing (keeps the current match selected when it is still there); the
+        ranker shows only listings of the current graph, so this clears the out-of-date mark."""
+        self.set_stale(False)
         self._filling = True
         self.tree.clear()
         grey = QBrush(QColor("#9a9a9a"))
