@@ -5,9 +5,11 @@ incrementally updated ``Ledger``). Every applied step keeps the state after it,
 so undo, redo and ``revert_to(k)`` are pointer moves (no recomputation); applying
 after an undo drops the redo tail. Observers are plain callables
 ``fn(event, payload)`` with events ``opened``, ``applied``, ``undone``, ``redone``,
-``reverted``. After every change the history is autosaved (atomically) beside the
-model, or in the user's data dir when the model's folder is read-only, so a crash
-loses nothing; ``Session.autosave_for(model)`` finds it and ``restore`` replays it.
+``reverted`` and ``autosave-failed`` (payload: the message). After every change the
+history is autosaved (atomically) into the user's state directory
+(``$XDG_STATE_HOME/dcstudio/autosave``, never beside the model: a checkout stays clean and
+read-only folders work), so a crash loses nothing; ``Session.autosave_for(model)`` finds it
+and ``restore`` replays it.
 ``validate()`` compares the current graph with the original model (``codegen.oracle``,
 built once per session). No Qt here: the GUI's QUndoCommands call these methods.
 """
@@ -91,8 +93,9 @@ def load_original(model_path: str | os.PathLike, *, bindings: Mapping[str, int] 
     return graph, proto
 
 
-def data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+def state_dir() -> Path:
+    """dcstudio's folder in the user's state directory (XDG: ``$XDG_STATE_HOME``, else ``~/.local/state``)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "dcstudio"
 
 
@@ -457,21 +460,29 @@ class Session:
     # --- autosave ---------------------------------------------------------------------
     @staticmethod
     def autosave_for(model_path: str | os.PathLike) -> Path:
-        """Where the autosave of ``model_path`` lives (beside it when writable)."""
-        p = Path(model_path).resolve()
-        beside = p.with_name(f".{p.name}.dcstudio-autosave.json")
-        if os.access(p.parent, os.W_OK):
-            return beside
+        """Where the autosave of ``model_path`` lives: ``state_dir()/autosave/<file name>-<digest of
+        its absolute path>.json``. The history inside records the model's sha256, so an autosave
+        of a model file since replaced is refused by name when restored, never replayed onto it."""
         import hashlib
+        p = Path(model_path).resolve()
         key = hashlib.sha256(str(p).encode()).hexdigest()[:16]
-        return data_dir() / "autosave" / f"{p.stem}-{key}.json"
+        return state_dir() / "autosave" / f"{p.name}-{key}.json"
 
     def _autosave(self) -> None:
+        """Save the history to ``autosave_for``. A state directory that cannot be written turns
+        autosave off for this session, once, with an ``autosave-failed`` event naming the folder
+        (the step itself stands: the user can still save the history where they choose)."""
         if not self.autosave_enabled:
             return
         target = self.autosave_for(self.model_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        save(self.history(), target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            save(self.history(), target)
+        except OSError as e:
+            self.autosave_enabled = False
+            self._emit("autosave-failed", f"autosave is off for this session: cannot write {target.parent} "
+                                          f"({e.strerror or e}); save the history with File → Save history, "
+                                          "or set XDG_STATE_HOME to a writable folder")
 
     def discard_autosave(self) -> None:
         if self.model_path:

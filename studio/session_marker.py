@@ -1,11 +1,10 @@
 """Crash detection: a marker file says "a studio has this model open" (no Qt here).
 
-``claim(model)`` writes the marker beside the model's autosave (``Session.autosave_for``:
-``.<model>.dcstudio-autosave.lock``, or in the user's data dir when the model's folder is
-read-only) with this process's id, host and start time; ``release(model)`` removes it on a
-clean close. Several windows of one process may hold the same model: the marker is
-reference-counted in-process and removed with the last release, and a process never removes
-a marker another process wrote.
+``claim(model)`` writes the marker beside the model's autosave in the user's state directory
+(``Session.autosave_for`` with the suffix ``.lock``; never beside the model) with this
+process's id, host and start time; ``release(model)`` removes it on a clean close. Several
+windows of one process may hold the same model: the marker is reference-counted in-process
+and removed with the last release, and a process never removes a marker another process wrote.
 
 ``crashed(model)`` is true when a marker is left that no running studio owns: its process is
 gone, or the id was reused by a younger process (its start time differs), or the marker is

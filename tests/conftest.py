@@ -36,6 +36,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line("tests/gui was not collected: PySide6 is not installed (bash .ci/setup-env gui)")
 
 
+@pytest.fixture(autouse=True)
+def _user_state_dir(tmp_path_factory, monkeypatch) -> Path:
+    """Each test's own ``$XDG_STATE_HOME`` (autosaves, crash markers): never the user's, never shared."""
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
+
+
 @pytest.fixture(scope="session")
 def update_golden(pytestconfig: pytest.Config) -> bool:
     """True when the run was started with ``--update-golden``."""

@@ -250,6 +250,9 @@ class QtMainWindow(QMainWindow):
         self.refresh()
 
     def _on_session_event(self, event: str, payload) -> None:
+        if event == "autosave-failed":
+            self.say("Autosave is off", error=True, detail=payload)
+            return
         s = self.session
         if event in ("applied", "redone") and s is not None and s.cursor > 0:
             graph_diff.hint(s.graph_at(s.cursor - 1), s.graph, payload)   # the view and table update just that

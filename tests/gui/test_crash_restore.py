@@ -63,3 +63,18 @@ def test_declining_the_offer_opens_the_model_as_it_is(qtbot, make_window, bert_m
     w = make_window(restore_policy="ask")
     _open(qtbot, w, bert_model)
     assert w.session.cursor == 0 and w.stack.count() == 0
+
+
+def test_the_models_folder_stays_untouched(qtbot, make_window, bert_model, tmp_path, _user_state_dir):
+    """Opening, tuning and closing write the autosave and the marker to the state dir only (a
+    checkout of resources/examples stays clean; a read-only folder works)."""
+    (tmp_path / "models").mkdir()
+    bert_model = bert_model.rename(tmp_path / "models" / bert_model.name)
+    listing = sorted(p.name for p in bert_model.parent.iterdir())
+    w = make_window()
+    _open(qtbot, w, bert_model)
+    assert marker_for(bert_model).parent == _user_state_dir / "dcstudio" / "autosave"
+    w.apply_step("expand", next(iter(create("expand").matches(w.session.graph))).anchors)
+    assert Session.autosave_for(bert_model).exists() and w.session.cursor == 1
+    w.close()
+    assert sorted(p.name for p in bert_model.parent.iterdir()) == listing

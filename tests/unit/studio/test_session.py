@@ -105,10 +105,11 @@ def test_observers_hear_every_change(model):
     assert events == ["applied", "applied", "undone", "redone", "reverted"]
 
 
-def test_autosave_after_every_step_and_restore(model):
+def test_autosave_after_every_step_and_restore(model, _user_state_dir):
+    listing = sorted(model.parent.iterdir())
     s = Session.open(model)
     target = Session.autosave_for(model)
-    assert target.parent == model.parent and target.name.startswith(".")
+    assert target.parent == _user_state_dir / "dcstudio" / "autosave" and target.name.startswith(model.name)
     ids = _expand_some(s, 3)
     assert [st["anchors"][0] for st in __import__("json").loads(target.read_text())["steps"]] == ids
     s.undo()
@@ -118,6 +119,21 @@ def test_autosave_after_every_step_and_restore(model):
     assert graph_hash(fresh.graph) == crashed_hash
     fresh.discard_autosave()
     assert not target.exists()
+    assert sorted(model.parent.iterdir()) == listing, "nothing is written beside the model"
+
+
+def test_an_unwritable_state_dir_turns_autosave_off_and_says_so(model, tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))          # mkdir under a file fails, even as root
+    s = Session.open(model)
+    events = []
+    s.subscribe(lambda e, p: events.append((e, p)))
+    _expand_some(s, 2)
+    assert s.cursor == 2, "the steps stand although the autosave failed"
+    failed = [p for e, p in events if e == "autosave-failed"]
+    assert len(failed) == 1 and str(blocker) in failed[0] and "Save history" in failed[0]
+    assert not s.autosave_enabled and [e for e, _ in events].count("applied") == 2
 
 
 def test_save_and_load_history(model, tmp_path):

@@ -31,12 +31,13 @@ def dead_pid() -> int:
 
 def write_marker(model, **fields) -> None:
     doc = {"pid": os.getpid(), "host": socket.gethostname(), "started": sm.process_start(os.getpid()), **fields}
+    sm.marker_for(model).parent.mkdir(parents=True, exist_ok=True)
     sm.marker_for(model).write_text(json.dumps(doc))
 
 
 def test_marker_lives_beside_the_autosave(model):
     assert sm.marker_for(model) == Session.autosave_for(model).with_suffix(".lock")
-    assert sm.marker_for(model).parent == model.parent and sm.marker_for(model).name.startswith(".m.onnx.")
+    assert sm.marker_for(model).name.startswith("m.onnx-")
 
 
 def test_claim_then_clean_release_leaves_no_marker(model):
@@ -62,6 +63,7 @@ def test_a_reused_pid_is_a_crash(model):
 
 
 def test_unreadable_marker_is_a_crash(model):
+    sm.marker_for(model).parent.mkdir(parents=True, exist_ok=True)
     sm.marker_for(model).write_text("{broken")
     assert sm.crashed(model)
     sm.marker_for(model).write_text(json.dumps({"host": socket.gethostname()}))
@@ -84,18 +86,16 @@ def test_release_never_removes_another_process_marker(model):
     assert sm.marker_for(model).exists() and not sm.crashed(model)
 
 
-def test_the_marker_goes_to_the_data_dir_when_the_folder_is_read_only(tmp_path, monkeypatch):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    (ro / "m.onnx").write_bytes(b"x")
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(ro) else real_access(p, mode))
-    marker = sm.claim(ro / "m.onnx")
+def test_the_marker_goes_to_the_state_dir_never_beside_the_model(tmp_path, _user_state_dir):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "m.onnx").write_bytes(b"x")
+    marker = sm.claim(folder / "m.onnx")
     try:
-        assert marker.parent == tmp_path / "data" / "dcstudio" / "autosave" and marker.exists()
+        assert marker.parent == _user_state_dir / "dcstudio" / "autosave" and marker.exists()
+        assert [p.name for p in folder.iterdir()] == ["m.onnx"]
     finally:
-        sm.release(ro / "m.onnx")
+        sm.release(folder / "m.onnx")
     assert not marker.exists()
 
 
