@@ -1,7 +1,8 @@
 """Scene items of the graph view: boxes (kernels, collapsed groups), open-group frames, edges.
 
 Level of detail: below ``LOD_TEXT`` (zoomed out) boxes are drawn as plain filled
-rectangles without text, and below ``LOD_SIMPLE`` edges become straight lines
+rectangles without text and frames without their title (the view draws summary plates
+on the groups instead, ``overview``), and below ``LOD_SIMPLE`` edges become straight lines
 without arrowheads. Items carry their key (a kernel id or a group key) and a set
 of *marks* that the view sets: ``hover`` (affected by the hovered match),
 ``search``/``current`` (find), ``removed``/``changed``/``added`` (preview). A box's
@@ -14,9 +15,9 @@ from PySide6.QtGui import (QBrush, QColor, QFont, QFontMetricsF, QPainter, QPain
                            QPolygonF)
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QStyleOptionGraphicsItem
 
+from studio.gui.overview import LOD_TEXT
 from studio.gui.passes import Pass
 
-LOD_TEXT = 0.45
 LOD_SIMPLE = 0.25
 PASS_COLORS = {Pass.FORWARD: ("#dbe9f6", "#4a7bb7"), Pass.BACKWARD: ("#fde2c8", "#c2772c"),
                Pass.OPTIMIZER: ("#dcefd9", "#4f9a4a"), None: ("#ececec", "#8a8a8a")}
@@ -154,7 +155,7 @@ class QtFrameItem(QGraphicsItem):
         painter.setPen(QPen(QColor(MARK_COLORS[mark]) if mark else QColor("#9aa3ad"), 2.0 if mark else 1.0))
         painter.setBrush(self.fill)
         painter.drawRect(r)                           # square and opaque: big rounded translucent rects are slow
-        if lod * 8 >= 4:
+        if lod >= LOD_TEXT:
             painter.setPen(st.text)
             painter.setFont(st.frame_font)
             painter.drawText(QRectF(8, 0, r.width() - 16, self.title_h),

@@ -8,7 +8,10 @@ changed get new text (the others keep theirs, and move if their place changed); 
 missing, ``dot`` runs in a subprocess on a pool thread (``QtTask``) and the scene is
 redrawn when it answers. A layout that times out or crashes leaves the quick layout
 in place and emits ``layoutMessage``. Double-click a collapsed group to open it, an
-open group's title to close it; the wheel zooms. The view never edits the graph: it
+open group's title to close it; the wheel zooms. Zoomed out below ``overview.LOD_TEXT``
+the view draws a summary plate on each group big enough to hold one (``plates``: name,
+kernels, bytes moved, share, measured time), so Fit is readable at any size;
+``zoom_to`` frames kernels at a readable zoom (the selection, a Find hit). The view never edits the graph: it
 reports the selection (``selectionChangedIds``, kernel ids; a group stands for its
 kernels) and shows marks (hover, search, preview), the heatmap and the legend.
 """
@@ -17,8 +20,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Iterable
 
-from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtCore import QEvent, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsView, QToolTip, QWidget
 
 from ir.graph import Graph
@@ -26,6 +29,7 @@ from ir.movement import Ledger
 from studio.gui import graph_diff, layout as lay
 from studio.gui.describe import edge_tooltip
 from studio.gui.heatmap import box_values, color, grey, normalize
+from studio.gui.overview import LOD_TEXT, Level, place_plates, plate_levels, plate_text, readable_zoom
 from studio.gui.placement import Placement, place
 from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem
 from studio.gui.qt_overlays import QtLegend
@@ -34,7 +38,8 @@ from studio.gui.qt_workers import QtTask
 from studio.gui.scope_tree import ROOT, ScopeTree
 from studio.gui.timings import human_seconds
 
-MIN_FIT_SCALE = 0.6                   # below this, labels are unreadable: start at the top-left instead
+MIN_FIT_SCALE = 0.6                   # a fit below this and below every plate's zoom starts at the top-left
+READ_ZOOM = 1.0                       # zoom_to never zooms in further than this (kernel labels read well)
 
 
 class QtGraphView(QGraphicsView):
@@ -79,6 +84,9 @@ class QtGraphView(QGraphicsView):
         self._drawing = False
         self._fit_next = True
         self._center_on: str | None = None
+        self._zoom_on = False                       # zoom in on _center_on once it is drawn
+        self.levels: dict[str, Level] = {}         # summary plates per group (overview)
+        self._plate_text: dict[str, tuple[str, str]] = {}
         self.legend = QtLegend(self.viewport())
         self.scene().selectionChanged.connect(self._on_selection)
 
@@ -177,28 +185,118 @@ class QtGraphView(QGraphicsView):
         self._stale = set()                         # drawn: later redraws (layouts, expanding) keep the text
         self.sceneUpdated.emit()
         self.placement = placement
+        self.levels, self._plate_text = plate_levels(placement, self.tree), {}
         self._apply_marks()
         self._apply_heat()
         if self._fit_next:
             self._fit_next = False
             self.fit(readable=True)
         if self._center_on and (item := self.boxes.get(self.tree.visible(self._center_on, self.expanded))):
-            self.centerOn(item.sceneBoundingRect().center())
+            if self._zoom_on:
+                self.zoom_to_rect(item.sceneBoundingRect())
+            else:
+                self.centerOn(item.sceneBoundingRect().center())
             if placement.exact:
-                self._center_on = None
+                self._center_on, self._zoom_on = None, False
+        if self.transform().m11() < LOD_TEXT:
+            self.viewport().update()                # the plates follow the new placement
 
     def fit(self, readable: bool = False) -> None:
-        """Fit the graph in the view; ``readable``: a graph too tall for that is fitted to the width, top first."""
+        """Fit the graph in the view (the groups' plates name what is where). ``readable``: when
+        even the largest group is too small for its plate at that zoom, zoom to where the first
+        plates show (at most ``MIN_FIT_SCALE``), top first."""
         if self.placement is None:
             return
         rect = self.scene().sceneRect()
         self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
-        if readable and self.transform().m11() < MIN_FIT_SCALE:
+        zoom, first = readable_zoom(self.levels)
+        wanted = min(zoom, MIN_FIT_SCALE)
+        if readable and self.transform().m11() < wanted:
             self.resetTransform()
-            self.scale(MIN_FIT_SCALE, MIN_FIT_SCALE)
-            half_w = self.viewport().width() / (2 * MIN_FIT_SCALE)
-            half_h = self.viewport().height() / (2 * MIN_FIT_SCALE)
-            self.centerOn(min(rect.center().x(), rect.left() + half_w), rect.top() + half_h)
+            self.scale(wanted, wanted)
+            half_h = self.viewport().height() / (2 * wanted)
+            if first is not None and first.own <= wanted:      # the group whose plate shows first, its top
+                self.centerOn(first.x + first.w / 2, first.y - 20 + half_h)
+            else:
+                half_w = self.viewport().width() / (2 * wanted)
+                self.centerOn(min(rect.center().x(), rect.left() + half_w), rect.top() + half_h)
+
+    def zoom_to_rect(self, rect: QRectF) -> None:
+        """Show scene ``rect`` whole, zoomed in to at most ``READ_ZOOM`` (never out of a closer zoom
+        that already shows it)."""
+        seen = self.mapToScene(self.viewport().rect()).boundingRect()
+        if seen.contains(rect) and self.transform().m11() >= LOD_TEXT:
+            self.centerOn(rect.center())
+            return
+        self.fitInView(rect.adjusted(-40, -40, 40, 40), Qt.AspectRatioMode.KeepAspectRatio)
+        if self.transform().m11() > READ_ZOOM:
+            self.resetTransform()
+            self.scale(READ_ZOOM, READ_ZOOM)
+        self.centerOn(rect.center())
+        self.zoomed.emit(1.0)
+
+    def zoom_to(self, ids: Iterable[str]) -> bool:
+        """Frame the boxes showing kernels ``ids`` (the selection when empty); False when none is shown."""
+        keys = {self.tree.visible(i, self.expanded) for i in ids if i in self.tree.parent} if ids else \
+            set(self.selected_keys())
+        rects = [self.boxes[k].sceneBoundingRect() for k in keys if k in self.boxes]
+        if not rects:
+            return False
+        rect = rects[0]
+        for r in rects[1:]:
+            rect = rect.united(r)
+        self.zoom_to_rect(rect)
+        return True
+
+    def zoom_to_selection(self) -> None:
+        self.zoom_to(())
+
+    # --- overview plates ------------------------------------------------------------------
+    def plates(self, zoom: float | None = None) -> list[tuple[str, QRectF, str, str]]:
+        """(group, viewport rectangle of its plate, name, summary line) of every plate shown at
+        ``zoom`` (the current one) over the visible part of the scene (``overview.place_plates``)."""
+        if self.tree is None or self.ledger is None:
+            return []
+        zoom = self.transform().m11() if zoom is None else zoom
+        seen = self.viewport().rect()
+        f = _PlateStyle.get()
+        groups, widths = [], {}
+        for lv in self.levels.values():
+            if not lv.shows(zoom):
+                continue
+            area = self.mapFromScene(QRectF(lv.x, lv.y, lv.w, lv.h)).boundingRect()
+            if not area.intersects(seen):
+                continue
+            text = self._plate_text.get(lv.key)
+            if text is None:
+                text = self._plate_text[lv.key] = plate_text(self.tree, self.ledger, lv.key, self.heat_times)
+            widths[lv.key] = max(f.title_metrics.horizontalAdvance(text[0]),
+                                 f.line_metrics.horizontalAdvance(text[1])) + 14
+            groups.append((lv.key, lv.depth, (area.x(), area.y(), area.width(), area.height())))
+        placed = place_plates(groups, widths)
+        return [(k, QRectF(*r), *self._plate_text[k]) for k, r in placed.items()]
+
+    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
+        super().drawForeground(painter, rect)
+        plates = self.plates()
+        if not plates:
+            return
+        f = _PlateStyle.get()
+        painter.save()
+        painter.resetTransform()                    # viewport pixels: the plates keep their size
+        for _key, plate, name, line in plates:
+            painter.setPen(f.border)
+            painter.setBrush(f.fill)
+            painter.drawRoundedRect(plate, 4, 4)
+            inner = plate.adjusted(7, 2, -7, -2)
+            painter.setPen(f.text)
+            painter.setFont(f.title)
+            painter.drawText(QRectF(inner.x(), inner.y(), inner.width(), 16), Qt.AlignmentFlag.AlignVCenter,
+                             f.title_metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, inner.width()))
+            painter.setFont(f.line)
+            painter.drawText(QRectF(inner.x(), inner.y() + 15, inner.width(), 15), Qt.AlignmentFlag.AlignVCenter,
+                             f.line_metrics.elidedText(line, Qt.TextElideMode.ElideRight, inner.width()))
+        painter.restore()
 
     # --- groups -------------------------------------------------------------------------
     def expand(self, key: str) -> None:
@@ -209,15 +307,19 @@ class QtGraphView(QGraphicsView):
         self.expanded.discard(key)
         self.relayout()
 
-    def reveal(self, ident: str) -> None:
-        """Open the groups around kernel ``ident`` and centre on it."""
-        self._center_on = ident
+    def reveal(self, ident: str, zoom: bool = False) -> None:
+        """Open the groups around kernel ``ident`` and centre on it; ``zoom``: and zoom in until
+        its label reads (``zoom_to_rect``)."""
+        self._center_on, self._zoom_on = ident, zoom
         wanted = {g for g in self.tree.chain.get(ident, ()) if g != ROOT}
         if wanted - self.expanded:
             self.expanded |= wanted
             self.relayout()
         elif (item := self.boxes.get(ident)) is not None:
-            self.centerOn(item.sceneBoundingRect().center())
+            if zoom:
+                self.zoom_to_rect(item.sceneBoundingRect())
+            else:
+                self.centerOn(item.sceneBoundingRect().center())
 
     # --- marks, heat, selection ------------------------------------------------------------
     def set_marks(self, kind: str, ids: Iterable[str]) -> None:
@@ -253,6 +355,9 @@ class QtGraphView(QGraphicsView):
     def set_heat_times(self, times_us: dict[str, float], note: str, stale: bool = False) -> None:
         """The last profile's median per kernel (µs); ``note`` goes in the legend; stale is drawn grey."""
         self.heat_times, self.heat_note, self.heat_stale = dict(times_us), note, stale
+        self._plate_text = {}                       # the plates show the measured time too
+        if self.transform().m11() < LOD_TEXT:
+            self.viewport().update()
         if self.heat_metric == "time":
             self._apply_heat()
 
@@ -376,6 +481,22 @@ class QtGraphView(QGraphicsView):
     def scrollContentsBy(self, dx: int, dy: int) -> None:
         super().scrollContentsBy(dx, dy)           # scrolling moves the viewport's child widgets too:
         self._place_legend()                       # keep the legend in its corner
+
+
+class _PlateStyle:
+    """Fonts and pens of the overview plates, made once a QGuiApplication exists."""
+
+    made = False
+
+    @classmethod
+    def get(cls) -> type["_PlateStyle"]:
+        if not cls.made:
+            cls.title = QFont("DejaVu Sans", 9, QFont.Weight.Bold)
+            cls.line = QFont("DejaVu Sans", 8)
+            cls.title_metrics, cls.line_metrics = QFontMetricsF(cls.title), QFontMetricsF(cls.line)
+            cls.fill, cls.border, cls.text = QColor(255, 255, 255, 232), QPen(QColor("#7d8793")), QPen(QColor("#1b1b1b"))
+            cls.made = True
+        return cls
 
 
 def _human_us(us: float) -> str:

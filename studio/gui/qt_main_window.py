@@ -312,7 +312,7 @@ class QtMainWindow(QMainWindow):
         self.view.set_marks("search", hits)
         self.view.set_marks("current", [hits[index]] if index >= 0 else [])
         if index >= 0:
-            self.view.reveal(hits[index])
+            self.view.reveal(hits[index], zoom=True)        # zoomed in until its label reads
             self.view.select([hits[index]])
             self._show_properties(hits[index])
 
@@ -468,7 +468,7 @@ class QtMainWindow(QMainWindow):
         self.compare_window = None
 
     def show_palette(self) -> QtCommandPalette:
-        palette = QtCommandPalette([a for a in self.actions() if a.text()], self)
+        palette = QtCommandPalette([a for a in self.actions() + self.view.actions() if a.text()], self)
         palette.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         palette.popup()
         return palette

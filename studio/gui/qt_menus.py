@@ -11,7 +11,7 @@ import importlib.util
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 
 from studio.gui.qt_transfer import repeat_on_equal_layers
@@ -50,6 +50,15 @@ def _action(w, text: str, slot=None, shortcut: str | QKeySequence | None = None,
     return a
 
 
+def _canvas_key(w, a: QAction) -> QAction:
+    """A single-key shortcut fires only while the graph view has the focus: typed into a table,
+    a list or a field, the letter is the user's (keyboard search, text), never the command."""
+    a.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+    w.removeAction(a)
+    w.view.addAction(a)
+    return a
+
+
 def _disabled(w, text: str, why: str) -> QAction:
     a = _action(w, text, tip=why)
     a.setEnabled(False)
@@ -81,9 +90,12 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
     a.rerank = _action(w, "Re-rank matches", w.schedule_rank, "F5", "Rank the matches for selection and viewport")
     a.repeat_layers = _action(w, "Repeat on equal &layers", lambda: repeat_on_equal_layers(w), "Ctrl+Shift+L",
                               "Apply the last steps made inside one layer to every structurally equal layer")
-    a.fit = _action(w, "&Fit graph", w.view.fit, QKeySequence("F"), "Fit the whole graph in the view")
+    a.fit = _canvas_key(w, _action(w, "&Fit graph", w.view.fit, QKeySequence("F"),
+                                   "Fit the whole graph in the view (the groups' plates name its parts)"))
+    a.zoom_selection = _canvas_key(w, _action(w, "&Zoom to selection", w.view.zoom_to_selection, QKeySequence("Z"),
+                                              "Frame the selected kernels at a zoom where their labels read"))
     a.collapse_all = _action(w, "Collapse all groups", w.collapse_all)
-    a.expand_selected = _action(w, "Open selected groups", w.expand_selected, "+")
+    a.expand_selected = _canvas_key(w, _action(w, "Open selected groups", w.expand_selected, "+"))
     a.timeout = _action(w, "Layout timeout…", w.choose_layout_timeout)
     a.compare = _action(w, "&Compare with…", w.show_compare, "Ctrl+D",
                         "Side by side: the current graph against the original or any history step")
@@ -137,7 +149,7 @@ def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
     edit.addSeparator()
     edit.addActions([a.preview, a.apply, a.repeat_layers, a.rerank])
     view = bar.addMenu("&View")
-    view.addActions([a.fit, a.expand_selected, a.collapse_all])
+    view.addActions([a.fit, a.zoom_selection, a.expand_selected, a.collapse_all])
     view.addSeparator()
     view.addActions(list(a.heat.values()))
     view.addActions(list(a.heat_metric.values()))

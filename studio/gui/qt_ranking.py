@@ -9,7 +9,8 @@ and redo show their lists at once; candidates and predictions come from the sess
 apply from the neighbourhood of the rewrite), so a new selection, a scrolled viewport or
 the state after an apply only ranks the matches not ranked before. While the listing shown was
 ranked on an earlier graph (an apply, undo or redo since), the dock marks it out of date
-(``set_stale``) until the new ranking reaches it; nothing waits for it. A child of the window; it reaches the window
+(``set_stale``) until the new ranking reaches it; nothing waits for it. Zoomed out over more
+than ``VIEWPORT_MAX`` kernels, the Viewport group is left to the Whole graph one. A child of the window; it reaches the window
 through ``parent()`` (no Python reference cycle).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from studio.gui.qt_workers import QtTask
 from studio.gui.ranking import rank_groups
 
 CACHE_SIZE = 24
+VIEWPORT_MAX = 400          # more kernels in view than this (zoomed out): the Viewport group waits for a zoom in
 
 
 class QtRanker(QObject):
@@ -52,6 +54,10 @@ class QtRanker(QObject):
         graph = w.session.graph
         sel = tuple(w.view.selected_ids()) or None
         vp = tuple(w.view.viewport_ids()) or None
+        w.transformations.viewport_note = ""
+        if vp is not None and len(vp) > VIEWPORT_MAX:    # the overview: as good as the whole graph, and slow
+            w.transformations.viewport_note = f"zoom in to rank the {len(vp)} kernels in view"
+            vp = None
         key = (id(graph), sel, vp)
         if key in self.cache and self.cache[key][0] is graph:
             self._show(self.cache[key][1], graph)

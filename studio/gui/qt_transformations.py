@@ -20,6 +20,7 @@ from studio.gui.ranking import GROUPS, Preview
 from transforms.engine import Ranked
 
 ROLE = Qt.ItemDataRole.UserRole
+MAX_ROWS = 300              # rows listed per group (best first); the rest are counted in a last row
 STALE_NOTE = "⟳ out of date: the graph changed, re-ranking"
 STALE_TIP = ("These matches were ranked before the last change to the graph; the new ranking replaces "
              "them when it is ready. Applying one that the change removed says so.")
@@ -82,6 +83,7 @@ class QtTransformationsDock(QDockWidget):
         self.apply_all_button.clicked.connect(lambda: self._request(self.applyAllRequested))
         self.wanted: tuple | None = None        # the row the user chose; kept across re-listings
         self.stale, self.status_text = False, "no model"
+        self.viewport_note = ""                 # why the Viewport group is empty (zoomed out), from the ranker
         self._filling = False
         self._update_buttons()
 
@@ -130,10 +132,12 @@ class QtTransformationsDock(QDockWidget):
         for label in GROUPS:
             rows = groups.get(label, [])
             ok = sum(1 for r in rows if r.ok)
-            head = QTreeWidgetItem(self.tree, [f"{label}", f"{ok} applicable of {len(rows)}", "", ""])
+            count = f"{ok} applicable of {len(rows)}" if rows or label != "Viewport" or not self.viewport_note \
+                else self.viewport_note
+            head = QTreeWidgetItem(self.tree, [f"{label}", count, "", ""])
             head.setFirstColumnSpanned(False)
             head.setFlags(Qt.ItemFlag.ItemIsEnabled)
-            for r in rows:
+            for r in rows[:MAX_ROWS]:
                 saved = human_bytes(r.bytes_saved) if r.delta is not None else "…" if r.ok else ""
                 item = QTreeWidgetItem(head, [r.transformation.name, r.match.label or ", ".join(r.match.anchors),
                                               saved, "ok" if r.ok else r.reason])
@@ -145,6 +149,12 @@ class QtTransformationsDock(QDockWidget):
                         item.setForeground(c, grey)
                 if self.wanted == (r.transformation.name, r.match.anchors):
                     self.tree.setCurrentItem(item)
+            if len(rows) > MAX_ROWS:
+                more = QTreeWidgetItem(head, [f"… {len(rows) - MAX_ROWS} more",
+                                              "narrow the selection, or Apply all of this kind", "", ""])
+                more.setFlags(Qt.ItemFlag.ItemIsEnabled)
+                for c in range(4):
+                    more.setForeground(c, grey)
             head.setExpanded(label != "Whole graph" or ok <= 200)
         self._filling = False
         self._update_buttons()
@@ -154,7 +164,7 @@ class QtTransformationsDock(QDockWidget):
         out = []
         for k in range(self.tree.topLevelItemCount()):
             head = self.tree.topLevelItem(k)
-            out.extend(head.child(j).data(0, ROLE) for j in range(head.childCount()))
+            out.extend(r for j in range(head.childCount()) if (r := head.child(j).data(0, ROLE)) is not None)
         return out
 
     def select_row(self, r: Ranked) -> None:

@@ -93,7 +93,7 @@ def _shoot(out: Path) -> None:
     w.view.select(ids)
     def ranked() -> list:
         head = w.transformations.tree.topLevelItem(0)
-        rows = [head.child(j).data(0, 0x0100) for j in range(head.childCount())] if head else []
+        rows = [r for j in range(head.childCount()) if (r := head.child(j).data(0, 0x0100)) is not None] if head else []
         return rows if rows and all(r.delta is not None for r in rows if r.ok) else []
 
     _wait(app, lambda: bool(ranked()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtGui import QWheelEvent
+from PySide6.QtGui import QTransform, QWheelEvent
 
 from studio.gui.compare import compare, counterpart, mirrored
 from studio.gui.graph_diff import diff
@@ -133,6 +133,10 @@ def test_zoom_and_scroll_stay_in_step(qtbot, compared):
     w, win = compared
     before = win.left.transform().m11()
     assert win.right.transform().m11() == pytest.approx(before)       # in step from the start
+    win.right.setTransform(QTransform.fromScale(0.6, 0.6))            # close enough that both sides can scroll
+    win.right.zoomed.emit(1.0)
+    before = win.left.transform().m11()
+    assert before == pytest.approx(0.6)
     pos = QPointF(win.right.viewport().rect().center())
     event = QWheelEvent(pos, win.right.mapToGlobal(pos), QPoint(0, 0), QPoint(0, 240), Qt.MouseButton.NoButton,
                         Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)

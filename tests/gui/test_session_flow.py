@@ -26,7 +26,7 @@ def _selection_rows(qtbot, window):
     """The Selection group once ranked (it is listed first checked but unpredicted, then ranked)."""
     def rows():
         head = window.transformations.tree.topLevelItem(0)
-        return [head.child(j).data(0, 0x0100) for j in range(head.childCount())] if head else []
+        return [r for j in range(head.childCount()) if (r := head.child(j).data(0, 0x0100)) is not None] if head else []
 
     qtbot.waitUntil(lambda: bool(rows()) and all(r.delta is not None for r in rows() if r.ok), timeout=LOAD_MS)
     assert window.transformations.tree.topLevelItem(0).text(0) == "Selection"

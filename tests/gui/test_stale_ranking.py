@@ -40,3 +40,31 @@ def test_listing_of_an_earlier_graph_is_marked_until_reranked(qtbot, make_window
     w.ranker.schedule(0)
     qtbot.waitUntil(lambda: not dock.stale, timeout=LOAD_MS)
     assert w.ranker.shown is before
+
+
+def test_long_groups_are_cut_and_a_zoomed_out_viewport_waits(qtbot, make_window, bert_model, monkeypatch):
+    """A group lists its best MAX_ROWS matches and counts the rest (building thousands of rows
+    blocked the window for 220 ms at 12 layers); zoomed out over more than VIEWPORT_MAX kernels,
+    the Viewport group says to zoom in instead of ranking nearly the whole graph again."""
+    from studio.gui import qt_ranking, qt_transformations
+    monkeypatch.setattr(qt_transformations, "MAX_ROWS", 40)
+    monkeypatch.setattr(qt_ranking, "VIEWPORT_MAX", 50)
+    w = make_window(rank_delay_ms=60_000)
+    _open(qtbot, w, bert_model)
+    w.actions_.fit.trigger()
+    assert len(w.view.viewport_ids()) > 50
+    w.ranker.schedule(0)
+    dock = w.transformations
+
+    def whole():
+        return next((dock.tree.topLevelItem(k) for k in range(dock.tree.topLevelItemCount())
+                     if dock.tree.topLevelItem(k).text(0) == "Whole graph"), None)
+    qtbot.waitUntil(lambda: whole() is not None and w.ranker.task is None, timeout=LOAD_MS)
+    head = whole()
+    total = int(head.text(1).split(" of ")[1])
+    assert total > 40 and head.childCount() == 41
+    assert head.child(40).text(0) == f"… {total - 40} more" and head.child(40).data(0, 0x0100) is None
+    viewport = dock.tree.topLevelItem(1)
+    assert viewport.text(0) == "Viewport" and viewport.childCount() == 0
+    assert viewport.text(1).startswith("zoom in to rank the ") and "kernels in view" in viewport.text(1)
+    assert all(r is not None for r in dock.rows()) and len(dock.rows()) <= 80
