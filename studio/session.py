@@ -363,6 +363,25 @@ class Session:
             raise StudioError(f"there is no step {k}: the session has steps 0..{len(self._states) - 1}")
         return self._states[k].graph
 
+    def origins(self, ident: str, k: int | None = None, since: int = 0) -> tuple[str, ...]:
+        """Lineage: the kernels of ``graph_at(since)`` (the opened graph by default) that kernel
+        ``ident`` of ``graph_at(k)`` (the current graph) was made from, in their graph order;
+        ``(ident,)`` for a kernel no step touched. Walks the steps' ``Application.parents`` back."""
+        k = self._cursor if k is None else k
+        if not 0 <= since <= k < len(self._states):
+            raise StudioError(f"there is no step {k} after step {since}: the session has steps "
+                              f"0..{len(self._states) - 1}")
+        frontier = (ident,)
+        for j in range(k, since, -1):
+            app = self._states[j].application
+            if app is not None and app.parents:
+                frontier = tuple(dict.fromkeys(p for x in frontier for p in app.parents.get(x, (x,))))
+        if len(frontier) == 1:
+            return frontier
+        wanted = set(frontier)
+        pos = {x: i for i, x in enumerate(self._states[since].graph.nodes) if x in wanted}
+        return tuple(sorted(pos, key=pos.__getitem__))
+
     # --- measuring and exporting ------------------------------------------------------
     def profile(self, kernels: Iterable[str] | None = None, *, reps: int = 10, warmup: int = 2,
                 timeout: float = 60.0, threads: int | None = None, feeds: Mapping[str, Any] | None = None,

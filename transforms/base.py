@@ -76,6 +76,8 @@ class Application:
     delta: Estimate
     step: int
     extra: dict[str, Any] = field(default_factory=dict)
+    parents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Lineage: each created or changed kernel → the kernels (ids before this step) it was made from."""
 
     @property
     def bytes_saved(self) -> int:

@@ -59,7 +59,15 @@ def apply(graph: Graph, t: Transformation, match: Match, step: int = 0, *,
     after = _figures(graph, touched.created + touched.changed)
     delta = sum(after.values(), Estimate()) - sum((before[i] for i in touched.removed + touched.changed), Estimate())
     return Application(t.name, t.params(), match.anchors, touched.created, touched.removed, touched.changed,
-                       delta, step, t.figures(saved, graph) if reports_figures else {})
+                       delta, step, t.figures(saved, graph) if reports_figures else {},
+                       _parents(touched, match, before))
+
+
+def _parents(touched, match: Match, before: dict) -> dict[str, tuple[str, ...]]:
+    """Lineage of one rewrite: every kernel it created or changed was made from the kernels it
+    removed or changed and its anchors (those that existed before it)."""
+    made_from = tuple(i for i in dict.fromkeys(touched.removed + touched.changed + match.anchors) if i in before)
+    return {i: made_from or (i,) for i in touched.created + touched.changed}
 
 
 def _ensure(graph: Graph, t: Transformation, affected, before, touched, check_verify: bool,

@@ -44,6 +44,7 @@ def run_pass(graph: Graph, t: Transformation, step: int, *, limit: int = 100_000
     layer name, ``transforms.layers``) limits it to matches whose anchors are all in that layer."""
     before = set(graph.nodes)
     touched: set[str] = set()
+    parents: dict[str, tuple[str, ...]] = {}
     delta, count, sweeps = Estimate(), 0, 0
     while count < limit and sweeps < SWEEPS and not (stop and stop()):
         sweeps += 1
@@ -56,6 +57,7 @@ def run_pass(graph: Graph, t: Transformation, step: int, *, limit: int = 100_000
             except MatchFailure:                  # its check fails (now): not an application
                 continue
             touched.update(app.created + app.changed)
+            compose_parents(parents, app)
             delta = delta + app.delta
             count, applied = count + 1, applied + 1
             if on_apply is not None:
@@ -66,18 +68,28 @@ def run_pass(graph: Graph, t: Transformation, step: int, *, limit: int = 100_000
         verify(graph)
     except VerificationError as e:
         raise PostconditionError(f"{t.name} pass produced an invalid graph: {e.summary}", e.node, graph) from e
-    return PassResult(net_application(graph, before, touched, t.name, t.params(), delta, step), count)
+    return PassResult(net_application(graph, before, touched, t.name, t.params(), delta, step, parents), count)
+
+
+def compose_parents(parents: dict[str, tuple[str, ...]], app: Application) -> None:
+    """Fold ``app``'s lineage into ``parents`` (kernel → the kernels before the first application it
+    was made from), in place."""
+    new = {x: tuple(dict.fromkeys(p for s in app.parents.get(x, (x,)) for p in parents.get(s, (s,))))
+           for x in app.created + app.changed}
+    parents.update(new)
 
 
 def net_application(graph: Graph, before: set[str], touched: set[str], name: str, params: dict,
-                    delta: Estimate, step: int) -> Application:
+                    delta: Estimate, step: int, parents: dict[str, tuple[str, ...]] | None = None) -> Application:
     """The net effect of many applications on ``graph`` (see the module docstring): ``before``, the
-    kernel ids before them; ``touched``, the ids they created or changed."""
+    kernel ids before them; ``touched``, the ids they created or changed; ``parents``, their
+    composed lineage (``compose_parents``)."""
     after = set(graph.nodes)
     created = tuple(i for i in graph.nodes if i not in before)
     removed = tuple(sorted(before - after))
     changed = tuple(i for i in graph.nodes if i in before and i in touched)
-    return Application(name, params, (), created, removed, changed, delta, step)
+    lineage = {i: parents[i] for i in created + changed if parents and i in parents}
+    return Application(name, params, (), created, removed, changed, delta, step, {}, lineage)
 
 
 def _matches(graph: Graph, t: Transformation, scope: str | None) -> list:

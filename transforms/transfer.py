@@ -27,7 +27,7 @@ from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import TRANSFER, Step
 from transforms.layers import Family, layer_of, parse_key
-from transforms.passes import net_application, run_pass
+from transforms.passes import compose_parents, net_application, run_pass
 from transforms.registry import create
 
 
@@ -77,6 +77,7 @@ def apply_transfer(graph: Graph, step: Step, earlier: Sequence[Step], number: in
     family, a = parse_key(layer)
     before = set(graph.nodes)
     touched: set[str] = set()
+    parents: dict[str, tuple[str, ...]] = {}
     delta, count = Estimate(), 0
     for target in step.params["to"]:
         fam_b, b = parse_key(target)
@@ -90,8 +91,9 @@ def apply_transfer(graph: Graph, step: Step, earlier: Sequence[Step], number: in
                 raise TransferError(f"on {target}, step {k} of {len(steps)} ({s.transformation}) does not apply: "
                                     f"{e.summary} (is {target} still equal to {layer}?)") from None
             touched.update(app.created + app.changed)
+            compose_parents(parents, app)
             delta, count = delta + app.delta, count + n
-    return net_application(graph, before, touched, TRANSFER, dict(step.params), delta, number), count
+    return net_application(graph, before, touched, TRANSFER, dict(step.params), delta, number, parents), count
 
 
 def _apply(graph: Graph, s: Step, number: int) -> tuple[Application, int]:

@@ -84,15 +84,50 @@ def _figures(est: Estimate) -> str:
             f"<b>accesses</b> {human_count(est.accesses)}</p>")
 
 
-def kernel_html(graph: Graph, tree: ScopeTree, ledger: Ledger, ident: str) -> str:
-    """Properties of one kernel: identity, attributes, memlets with shapes, figures and printed IR."""
+MAX_ORIGINS = 8
+
+
+def made_from(origins: tuple[str, ...], ident: str) -> str:
+    """"made from N kernels: a, b, … (and M more)" for a kernel a step derived from others ('' otherwise)."""
+    if not origins or origins == (ident,):
+        return ""
+    shown = ", ".join(origins[:MAX_ORIGINS])
+    more = f" and {len(origins) - MAX_ORIGINS} more" if len(origins) > MAX_ORIGINS else ""
+    return f"made from {len(origins)} original kernel{'s' * (len(origins) != 1)}: {shown}{more}"
+
+
+def kernel_tooltip(graph: Graph, ledger: Ledger, ident: str, time_us: float | None = None,
+                   origins: tuple[str, ...] = ()) -> str:
+    """The hover text of a kernel: op and id, its first output's shape, bytes and FLOPs, the
+    measured time when a profile ran, and the kernels it was made from."""
+    node = graph.nodes[ident]
+    e = ledger.kernels.get(ident, Estimate())
+    lines = [f"{kernel_title(node)} · {ident}"]
+    out = next((m.container for m in node.outputs if m is not None), None)
+    if out is not None and out in graph.containers:
+        lines.append("out " + container_line(graph, out))
+    lines.append(f"moved {human_bytes(e.bytes)} (read {human_bytes(e.bytes_read)}, written "
+                 f"{human_bytes(e.bytes_written)}) · {human_count(e.flops)} FLOPs · {e.intensity:.2f} FLOP/B")
+    if time_us is not None:
+        from studio.gui.timings import human_seconds
+        lines.append(f"measured {human_seconds(time_us * 1e-6)} (median of the last profile)")
+    if text := made_from(origins, ident):
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def kernel_html(graph: Graph, tree: ScopeTree, ledger: Ledger, ident: str, origins: tuple[str, ...] = ()) -> str:
+    """Properties of one kernel: identity, lineage, attributes, memlets with shapes, figures and printed IR."""
     node = graph.nodes[ident]
     esc = html.escape
+    lineage = made_from(origins, ident)
     parts = [f"<h3>{esc(kernel_title(node))}</h3>",
              f"<p><b>id</b> {esc(node.id)}<br><b>name</b> {esc(node.name)}<br>"
              f"<b>pass</b> {tree.passes[ident].value if tree.passes.get(ident) else '?'}"
              + (f"<br><b>created by</b> {esc(node.provenance[0])} (step {node.provenance[1]})"
-                if node.provenance else "") + "</p>"]
+                if node.provenance else "")
+             + (f"<br><b>{esc(lineage.split(':', 1)[0])}</b>:{esc(lineage.split(':', 1)[1])}" if lineage else "")
+             + "</p>"]
     if isinstance(node, OpNode):
         parts.append(f"<p><b>domain</b> {esc(node.domain or 'ai.onnx')} · <b>opset</b> {node.opset} · "
                      f"<b>impl</b> {esc(node.impl)}</p>")

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import QGraphicsView, QToolTip, QWidget
 from ir.graph import Graph
 from ir.movement import Ledger
 from studio.gui import graph_diff, layout as lay
-from studio.gui.describe import edge_tooltip
+from studio.gui.describe import edge_tooltip, kernel_tooltip
 from studio.gui.heatmap import box_values, color, grey, normalize
 from studio.gui.overview import LOD_TEXT, Level, place_plates, plate_levels, plate_text, readable_zoom
 from studio.gui.placement import Placement, place
@@ -87,6 +87,7 @@ class QtGraphView(QGraphicsView):
         self._zoom_on = False                       # zoom in on _center_on once it is drawn
         self.levels: dict[str, Level] = {}         # summary plates per group (overview)
         self._plate_text: dict[str, tuple[str, str]] = {}
+        self.origins_of = None     # a weakref.WeakMethod: kernel id -> the original kernels it was made from
         self.legend = QtLegend(self.viewport())
         self.scene().selectionChanged.connect(self._on_selection)
 
@@ -447,11 +448,16 @@ class QtGraphView(QGraphicsView):
         super().mouseDoubleClickEvent(event)
 
     def tooltip_at(self, pos) -> str:
-        """The tooltip for viewport position ``pos``: a box's label and id, an edge's containers."""
+        """The tooltip for viewport position ``pos``: a kernel's op, shape, bytes, FLOPs, measured time
+        and origin (``describe.kernel_tooltip``); a group's summary; an edge's containers."""
         for item in self.items(pos):
             if isinstance(item, QtBoxItem):
-                hint = "double-click to open" if item.is_group else item.key
-                return f"{item.title}\n{item.subtitle}\n{hint}"
+                if item.is_group:
+                    name, line = plate_text(self.tree, self.ledger, item.key, self.heat_times)
+                    return f"{name}\n{line}\ndouble-click to open"
+                origins = self.origins_of() if self.origins_of is not None else None
+                return kernel_tooltip(self.graph, self.ledger, item.key, self.heat_times.get(item.key),
+                                      origins(item.key) if origins is not None else ())
             if isinstance(item, QtEdgeItem):
                 return edge_tooltip(self.graph, self.tree.edges[item.group][(item.src, item.dst)])
         return ""

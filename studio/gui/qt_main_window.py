@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import weakref
 
 from collections import OrderedDict
 from pathlib import Path
@@ -79,6 +80,7 @@ class QtMainWindow(QMainWindow):
         self.stack = QUndoStack(self)
         timeout = layout_timeout_s or float(self.settings.value("layoutTimeout", 20.0))
         self.view = QtGraphView(self, layout_timeout_s=timeout)
+        self.view.origins_of = weakref.WeakMethod(self._origins)   # no Python reference cycle view ↔ window
         self.find_bar = QtFindBar(self)
         self._build_docks()
         self.actions_ = qt_menus.build(self)
@@ -292,9 +294,15 @@ class QtMainWindow(QMainWindow):
                 self.peak_cache.popitem(last=False)
         return hit[1]
 
+    def _origins(self, ident: str) -> tuple[str, ...]:
+        s = self.session
+        return s.origins(ident) if s is not None and ident in s.graph.nodes else ()
+
     def _show_properties(self, key: str | None) -> None:
-        if self.session is not None and self.view.tree is not None:
-            self.properties.show_item(self.session.graph, self.view.tree, self.session.ledger, key)
+        s = self.session
+        if s is not None and self.view.tree is not None:
+            origins = s.origins(key) if key is not None and key in s.graph.nodes else ()
+            self.properties.show_item(s.graph, self.view.tree, s.ledger, key, origins)
 
     def _on_view_selection(self, ids: list) -> None:
         self.movement.select_ids(ids)

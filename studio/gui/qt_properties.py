@@ -24,14 +24,16 @@ class QtPropertiesDock(QDockWidget):
         self.key: str | None = None
         self.html = ""
 
-    def show_item(self, graph: Graph, tree: ScopeTree, ledger: Ledger, key: str | None) -> None:
-        """Describe kernel or group ``key`` (clears when it is gone)."""
+    def show_item(self, graph: Graph, tree: ScopeTree, ledger: Ledger, key: str | None,
+                  origins: tuple[str, ...] = ()) -> None:
+        """Describe kernel or group ``key`` (clears when it is gone); ``origins``: the original kernels
+        a kernel was made from (``Session.origins``)."""
         if key is None or (key not in graph.nodes and not tree.is_group(key)):
             key, html = None, ""
         elif tree.is_group(key):
             html = group_html(graph, tree, ledger, key)
         else:
-            html = kernel_html(graph, tree, ledger, key)
+            html = kernel_html(graph, tree, ledger, key, origins)
         self.key = key
         if html != self.html:                       # unchanged text: no repaint (nor a window re-layout)
             self.html = html
