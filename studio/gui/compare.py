@@ -1,9 +1,13 @@
 """Side-by-side comparison of two graphs of one session (a history step against another): no Qt here.
 
-``compare(before, after, bytes_before, bytes_after)`` is the record the Compare
+``compare(before, after, bytes_before, bytes_after, made_from)`` is the record the Compare
 window shows: the ``graph_diff.diff`` (kernels removed: left only; added: right
-only; changed: same id, different op, memlets, impl or body), the marks for each
-side, and the summary line ("3 removed, 1 added, 2 changed; bytes 1.2 GB → 1.1 GB").
+only; changed: same id, different op, memlets, impl or body), the lineage of the right
+side's new and changed kernels (``made_from``: right kernel → the left kernels it was
+made from, ``Session.origins``), so a left kernel that became part of a right one is
+*merged* (into ``merged[left]``), not *removed*; the marks for each side, the summary line
+("296 merged into 30, 0 removed, 30 added, 2 changed; bytes 1.8 GB → 0.6 GB") and a
+before/after table per scope (``scope_rows``).
 ``counterpart`` finds what stands for an item of one side on the other: the same
 kernel id when both have it, else the item realizing its scope group there (the
 nearest enclosing scope that the other side has), so selection and expansion can be
@@ -11,12 +15,16 @@ mirrored between the two views (``mirrored``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from ir.graph import Graph
+from ir.movement import Ledger
 from studio.cli import human_bytes
 from studio.gui.graph_diff import GraphDiff, diff
-from studio.gui.scope_tree import ROOT, ScopeTree, raw_ancestors
+from studio.gui.scope_tree import ROOT, ScopeTree, raw_ancestors, scope_path
+
+SCOPE_DEPTH = 2          # the before/after table groups kernels by the first two scope levels
 
 
 @dataclass(frozen=True)
@@ -24,23 +32,80 @@ class Comparison:
     diff: GraphDiff
     bytes_before: int
     bytes_after: int
+    made_from: Mapping[str, tuple[str, ...]] = field(default_factory=dict)   # right kernel -> left kernels
+
+    @property
+    def merged(self) -> dict[str, tuple[str, ...]]:
+        """Left kernels that are gone on the right but part of right kernels: left id -> those right ids."""
+        gone = set(self.diff.removed)
+        out: dict[str, list[str]] = {}
+        for right, lefts in self.made_from.items():
+            for left in lefts:
+                if left in gone and left != right:
+                    out.setdefault(left, []).append(right)
+        return {k: tuple(v) for k, v in out.items()}
 
     @property
     def left_marks(self) -> dict[str, set[str]]:
-        return {"removed": set(self.diff.removed), "changed": set(self.diff.changed)}
+        merged = self.merged
+        return {"removed": {i for i in self.diff.removed if i not in merged}, "merged": set(merged),
+                "changed": set(self.diff.changed)}
 
     @property
     def right_marks(self) -> dict[str, set[str]]:
         return {"added": set(self.diff.added), "changed": set(self.diff.changed)}
 
+    def linked(self, side: str, ident: str) -> tuple[str, ...]:
+        """What kernel ``ident`` of ``side`` ("left" or "right") is on the other side: what it was made
+        from (right) or became (left); the same id when both sides have it."""
+        if side == "right":
+            return tuple(self.made_from.get(ident, (ident,)))
+        return self.merged.get(ident, (ident,))
+
     def summary(self) -> str:
-        d = self.diff
-        return (f"{len(d.removed)} removed, {len(d.added)} added, {len(d.changed)} changed; "
+        d, merged = self.diff, self.merged
+        into = {r for rs in merged.values() for r in rs}
+        head = f"{len(merged)} merged into {len(into)}, " if merged else ""
+        return (f"{head}{len(d.removed) - len(merged)} removed, {len(d.added)} added, {len(d.changed)} changed; "
                 f"bytes {human_bytes(self.bytes_before)} → {human_bytes(self.bytes_after)}")
 
 
-def compare(before: Graph, after: Graph, bytes_before: int, bytes_after: int) -> Comparison:
-    return Comparison(diff(before, after), bytes_before, bytes_after)
+def compare(before: Graph, after: Graph, bytes_before: int, bytes_after: int,
+            made_from: Mapping[str, tuple[str, ...]] | None = None) -> Comparison:
+    return Comparison(diff(before, after), bytes_before, bytes_after, dict(made_from or {}))
+
+
+def scope_of(name: str, depth: int = SCOPE_DEPTH) -> str:
+    """The first ``depth`` levels of a kernel name's scope ('(top level)' when it has none)."""
+    segs, _leaf = scope_path(name)
+    return "/".join(segs[:depth]) or "(top level)"
+
+
+@dataclass(frozen=True)
+class ScopeRow:
+    scope: str
+    kernels_before: int
+    kernels_after: int
+    bytes_before: int
+    bytes_after: int
+
+    @property
+    def ratio(self) -> float:
+        return self.bytes_after / self.bytes_before if self.bytes_before else float("inf")
+
+
+def scope_rows(before: Graph, after: Graph, ledger_before: Ledger, ledger_after: Ledger,
+               depth: int = SCOPE_DEPTH) -> list[ScopeRow]:
+    """Kernels and bytes moved per scope, before and after, largest saving first (a fused kernel
+    counts in the scope of its first kernel: its name keeps that scope)."""
+    acc: dict[str, list[int]] = {}
+    for graph, ledger, k in ((before, ledger_before, 0), (after, ledger_after, 1)):
+        for node in graph.nodes.values():
+            row = acc.setdefault(scope_of(node.name or node.id, depth), [0, 0, 0, 0])
+            row[k] += 1
+            row[2 + k] += ledger.kernels[node.id].bytes if node.id in ledger.kernels else 0
+    rows = [ScopeRow(scope, *v) for scope, v in acc.items()]
+    return sorted(rows, key=lambda r: (r.bytes_after - r.bytes_before, r.scope))
 
 
 def counterpart(item: str, this: ScopeTree, other: ScopeTree) -> str | None:

@@ -2,8 +2,12 @@
 
 Two ``QtGraphView``s (collapsed by scope as usual) in a splitter. The left shows the
 graph after the step chosen in the picker, the right the session's current graph;
-kernels only the left has are marked *removed*, only the right *added*, and those on
+kernels only the left has are marked *merged* when they became part of a right kernel
+(lineage, ``Session.origins``) and *removed* otherwise, only the right *added*, and those on
 both sides that differ *changed* (``compare.py``), with a legend and a summary line.
+Hovering a kernel on one side marks what it is on the other (what a fused kernel was made
+from, what an original became). Below, a table per scope: kernels and bytes moved before
+and after, and their ratio, largest saving first.
 Navigation is mirrored: wheel zoom, scrolling (the other side centres on the same
 scene point), opening and closing groups, and selection (the same kernel id, or for a
 kernel only one side has, the item standing for its scope group on the other side).
@@ -13,16 +17,19 @@ current graph. It is a child window of the main window (closed with it).
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QSplitter, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ir.movement import Ledger
 from studio.gui.commands import step_text
-from studio.gui.compare import Comparison, compare, mirrored
+from studio.cli import human_bytes
+from studio.gui.compare import Comparison, compare, mirrored, scope_rows
 from studio.gui.qt_graph_items import MARK_COLORS
 from studio.gui.qt_graph_view import QtGraphView
 from studio.session import Session
 
-KINDS = ("removed", "added", "changed")
+KINDS = ("removed", "merged", "added", "changed")
+TABLE_COLUMNS = ("scope", "kernels before", "kernels after", "bytes before", "bytes after", "after / before")
 
 
 class QtCompareWindow(QWidget):
@@ -40,6 +47,7 @@ class QtCompareWindow(QWidget):
         self.right = QtGraphView(self, layout_timeout_s)
         self.picker = QComboBox(self)
         self.summary = QLabel(self)
+        self.table = QTableWidget(0, len(TABLE_COLUMNS), self)
         self._syncing = False
         self._build()
         self._fill_picker(step)
@@ -66,10 +74,19 @@ class QtCompareWindow(QWidget):
         split.addWidget(self.left)
         split.addWidget(self.right)
         split.setSizes([1 << 16, 1 << 16])           # two equal halves whatever the views' size hints
+        self.table.setObjectName("compare.scopes")
+        self.table.setHorizontalHeaderLabels(TABLE_COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        rows = QSplitter(Qt.Orientation.Vertical, self)
+        rows.addWidget(split)
+        rows.addWidget(self.table)
+        rows.setSizes([600, 160])
         col = QVBoxLayout(self)
         col.addLayout(top)
         col.addWidget(self.summary)
-        col.addWidget(split, 1)
+        col.addWidget(rows, 1)
 
     def _fill_picker(self, step: int) -> None:
         self.picker.blockSignals(True)
@@ -86,6 +103,7 @@ class QtCompareWindow(QWidget):
             a.selectionChangedIds.connect(lambda ids, a=a, b=b: self._mirror_selection(a, b, ids))
             a.groupToggled.connect(lambda key, opened, a=a, b=b: self._mirror_group(a, b, key, opened))
             a.zoomed.connect(lambda _factor, a=a, b=b: self._mirror_scroll(a, b))
+            a.hoveredKernel.connect(lambda key, a=a, b=b: self._mirror_hover(a, b, key))
             for bar in (a.horizontalScrollBar(), a.verticalScrollBar()):
                 bar.valueChanged.connect(lambda _v, a=a, b=b: self._mirror_scroll(a, b))
 
@@ -104,7 +122,9 @@ class QtCompareWindow(QWidget):
             self._fill_picker(self.step)
         before, after = s.graph_at(self.step), s.graph
         ledger = self._ledger(self.step)
-        self.comparison = compare(before, after, ledger.total.bytes, s.ledger.total.bytes)
+        d_new = [i for i in after.nodes if i not in before.nodes or after.nodes[i] is not before.nodes[i]]
+        made_from = {i: s.origins(i, since=self.step) for i in d_new}
+        self.comparison = compare(before, after, ledger.total.bytes, s.ledger.total.bytes, made_from)
         self.left.set_graph(before, ledger)
         self.right.set_graph(after, s.ledger)
         self._syncing = True
@@ -119,6 +139,28 @@ class QtCompareWindow(QWidget):
             for kind, ids in marks.items():
                 view.set_marks(kind, ids)
         self.summary.setText(self.comparison.summary())
+        self._fill_table(scope_rows(before, after, ledger, s.ledger))
+
+    def _fill_table(self, rows) -> None:
+        self.table.setRowCount(len(rows))
+        right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+        for k, r in enumerate(rows):
+            cells = (r.scope, str(r.kernels_before), str(r.kernels_after), human_bytes(r.bytes_before),
+                     human_bytes(r.bytes_after), f"{r.ratio:.2f}×" if r.bytes_before else "new")
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if c:
+                    item.setTextAlignment(right)
+                self.table.setItem(k, c, item)
+
+    def _mirror_hover(self, a: QtGraphView, b: QtGraphView, key: str) -> None:
+        """Mark on ``b`` what the kernel hovered on ``a`` is there (``Comparison.linked``)."""
+        if self.comparison is None:
+            return
+        a.set_marks("hover", [key] if key else [])
+        side = "left" if a is self.left else "right"
+        b.set_marks("hover", [i for i in self.comparison.linked(side, key) if b.graph is not None
+                              and i in b.graph.nodes] if key else [])
 
     # --- mirrored navigation ----------------------------------------------------------------
     def _mirror_selection(self, a: QtGraphView, b: QtGraphView, ids: list) -> None:

@@ -5,7 +5,8 @@ rectangles without text and frames without their title (the view draws summary p
 on the groups instead, ``overview``), and below ``LOD_SIMPLE`` edges become straight lines
 without arrowheads. Items carry their key (a kernel id or a group key) and a set
 of *marks* that the view sets: ``hover`` (affected by the hovered match),
-``search``/``current`` (find), ``removed``/``changed``/``added`` (preview). A box's
+``search``/``current`` (find), ``removed``/``changed``/``added`` (preview; Compare also
+marks ``merged``: part of a kernel on the other side). Hover wins over the other marks. A box's
 fill is its pass colour, or its heat colour when the heatmap is on.
 """
 from __future__ import annotations
@@ -21,9 +22,9 @@ from studio.gui.passes import Pass
 LOD_SIMPLE = 0.25
 PASS_COLORS = {Pass.FORWARD: ("#dbe9f6", "#4a7bb7"), Pass.BACKWARD: ("#fde2c8", "#c2772c"),
                Pass.OPTIMIZER: ("#dcefd9", "#4f9a4a"), None: ("#ececec", "#8a8a8a")}
-MARK_COLORS = {"removed": "#d62728", "changed": "#ff9f1c", "added": "#2ca02c", "current": "#1f4fff",
-               "search": "#5b8cff", "hover": "#ffbf00"}
-MARK_ORDER = ("removed", "changed", "added", "current", "search", "hover")
+MARK_COLORS = {"removed": "#d62728", "merged": "#8e44ad", "changed": "#ff9f1c", "added": "#2ca02c",
+               "current": "#1f4fff", "search": "#5b8cff", "hover": "#ffbf00"}
+MARK_ORDER = ("hover", "removed", "merged", "changed", "added", "current", "search")
 
 
 class _Style:

@@ -52,6 +52,7 @@ class QtGraphView(QGraphicsView):
     sceneUpdated = Signal()                         # items, marks or heat changed (for the minimap)
     groupToggled = Signal(str, bool)                # a group was opened (True) or closed by the user
     zoomed = Signal(float)                          # the wheel zoomed by this factor
+    hoveredKernel = Signal(str)                     # the kernel under the mouse ("" when none)
     taskStarted = Signal(object)
 
     def __init__(self, parent: QWidget | None = None, layout_timeout_s: float = 20.0) -> None:
@@ -63,6 +64,7 @@ class QtGraphView(QGraphicsView):
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
         self.setOptimizationFlag(QGraphicsView.OptimizationFlag.DontSavePainterState)
         self.setBackgroundBrush(QColor("#ffffff"))
+        self.viewport().setMouseTracking(True)      # hover without a button pressed (hoveredKernel)
         self.layout_timeout_s = layout_timeout_s
         self.tree_options: dict = {}                # ScopeTree options (max_children, chunk)
         self._trees: OrderedDict = OrderedDict()
@@ -87,6 +89,7 @@ class QtGraphView(QGraphicsView):
         self._zoom_on = False                       # zoom in on _center_on once it is drawn
         self.levels: dict[str, Level] = {}         # summary plates per group (overview)
         self._plate_text: dict[str, tuple[str, str]] = {}
+        self._hovered = ""
         self.origins_of = None     # a weakref.WeakMethod: kernel id -> the original kernels it was made from
         self.legend = QtLegend(self.viewport())
         self.scene().selectionChanged.connect(self._on_selection)
@@ -471,6 +474,20 @@ class QtGraphView(QGraphicsView):
                 QToolTip.hideText()
             return True
         return super().viewportEvent(event)
+
+    def mouseMoveEvent(self, event) -> None:
+        super().mouseMoveEvent(event)
+        key = next((i.key for i in self.items(event.position().toPoint())
+                    if isinstance(i, QtBoxItem) and not i.is_group), "")
+        if key != self._hovered:
+            self._hovered = key
+            self.hoveredKernel.emit(key)
+
+    def leaveEvent(self, event) -> None:
+        super().leaveEvent(event)
+        if self._hovered:
+            self._hovered = ""
+            self.hoveredKernel.emit("")
 
     def wheelEvent(self, event) -> None:
         steps = event.angleDelta().y() / 120.0

@@ -3,8 +3,9 @@ opened against step 0 after a few applies, its marks equal the diff, selection a
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtGui import QTransform, QWheelEvent
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
+from PySide6.QtGui import QMouseEvent, QTransform, QWheelEvent
+from PySide6.QtWidgets import QApplication
 
 from studio.gui.compare import compare, counterpart, mirrored
 from studio.gui.graph_diff import diff
@@ -46,11 +47,41 @@ def test_the_comparison_record(expanded):
     c = compare(s.graph_at(0), s.graph, s.trend()[0], s.ledger.total.bytes)
     added, removed, changed = engine.diff(s.graph_at(0), s.graph)
     assert (c.diff.added, c.diff.removed, c.diff.changed) == (added, removed, changed)
-    assert c.left_marks == {"removed": set(removed), "changed": set(changed)}
+    assert c.left_marks == {"removed": set(removed), "merged": set(), "changed": set(changed)}
     assert c.right_marks == {"added": set(added), "changed": set(changed)}
     text = c.summary()
     assert text.startswith(f"{len(removed)} removed, {len(added)} added, {len(changed)} changed; bytes ")
     assert "→" in text and removed and added
+
+
+def test_lineage_turns_the_red_wall_into_merged_kernels(expanded):
+    """Before: every kernel a fusion absorbed showed as removed. With the lineage each one is
+    merged into the kernel it became part of, and hovering links the two sides."""
+    s = expanded
+    new = [i for i in s.graph.nodes if i not in s.graph_at(0).nodes or s.graph.nodes[i] is not s.graph_at(0).nodes[i]]
+    c = compare(s.graph_at(0), s.graph, s.trend()[0], s.ledger.total.bytes, {i: s.origins(i) for i in new})
+    removed = set(c.diff.removed)
+    assert set(c.merged) == removed, "every kernel the steps removed became part of a kernel still there"
+    assert c.left_marks["removed"] == set() and c.left_marks["merged"] == removed
+    fused = next(i for i in new if len(s.origins(i)) > 1)
+    assert set(c.linked("right", fused)) == set(s.origins(fused))
+    assert all(fused in c.linked("left", o) for o in s.origins(fused) if o in removed)
+    into = {r for rs in c.merged.values() for r in rs}
+    assert c.summary().startswith(f"{len(removed)} merged into {len(into)}, 0 removed, ")
+
+
+def test_scope_rows_sum_to_the_totals(expanded):
+    from ir.movement import Ledger
+    from studio.gui.compare import scope_rows
+    s = expanded
+    before, after = s.graph_at(0), s.graph
+    rows = scope_rows(before, after, Ledger(before), s.ledger)
+    assert sum(r.kernels_before for r in rows) == len(before.nodes)
+    assert sum(r.kernels_after for r in rows) == len(after.nodes)
+    assert sum(r.bytes_before for r in rows) == Ledger(before).total.bytes
+    assert sum(r.bytes_after for r in rows) == s.ledger.total.bytes
+    assert [r.bytes_after - r.bytes_before for r in rows] == sorted(r.bytes_after - r.bytes_before for r in rows)
+    assert any("attention" in r.scope for r in rows)
 
 
 def test_counterparts_by_id_else_by_scope_group(expanded):
@@ -99,11 +130,15 @@ def test_compare_marks_equal_the_diff(compared):
     assert win.left.graph is s.graph_at(0) and win.right.graph is s.graph
     d = diff(s.graph_at(0), s.graph)
     assert d.removed and d.added and d.changed
-    assert win.left.marks["removed"] == set(d.removed) and win.left.marks["changed"] == set(d.changed)
+    assert win.left.marks["removed"] | win.left.marks["merged"] == set(d.removed)
+    assert win.left.marks["merged"] == set(win.comparison.merged) and win.left.marks["merged"]
+    assert win.left.marks["changed"] == set(d.changed)
     assert win.right.marks["added"] == set(d.added) and win.right.marks["changed"] == set(d.changed)
     assert "added" not in win.left.marks and "removed" not in win.right.marks
     assert win.summary.text() == win.comparison.summary()
-    assert win.summary.text().startswith(f"{len(d.removed)} removed, {len(d.added)} added")
+    assert win.summary.text().startswith(f"{len(win.comparison.merged)} merged into ")
+    assert win.table.rowCount() > 1 and win.table.item(0, 0).text()
+    assert win.table.item(0, 5).text().endswith("×") or win.table.item(0, 5).text() == "new"
     marked = {k for k, item in win.right.boxes.items() if "added" in item.marks}   # drawn on visible boxes
     assert marked == {win.right.tree.visible(i, win.right.expanded) for i in d.added}
     assert w.actions_.compare.isEnabled() and w.actions_.compare in w.actions()    # menu and palette
@@ -127,6 +162,27 @@ def test_selection_is_mirrored_by_id_or_scope_group(qtbot, compared):
                                         set(win.right.tree.expanded_groups(win.right.expanded)))}
     win.right.select([kept])                            # and back, right to left
     assert win.left.selected_ids() == [kept]
+
+
+def test_hovering_a_fused_kernel_marks_its_originals_on_the_other_side(qtbot, compared):
+    w, win = compared
+    s = w.session
+    fused = next(i for i in s.graph.nodes if len(s.origins(i)) > 1 and i in win.right.boxes)
+    win.right.hoveredKernel.emit(fused)
+    assert win.right.marks["hover"] == {fused}
+    assert win.left.marks["hover"] == set(s.origins(fused))
+    original = s.origins(fused)[0]
+    win.left.hoveredKernel.emit(original)
+    assert fused in win.right.marks["hover"]
+    win.left.hoveredKernel.emit("")
+    assert not win.left.marks["hover"] and not win.right.marks["hover"]
+    win.right.reveal(fused)
+    box = win.right.boxes[fused]                      # a real mouse move over the box emits the signal
+    pos = win.right.mapFromScene(box.sceneBoundingRect().center())
+    move = QMouseEvent(QEvent.Type.MouseMove, QPointF(pos), win.right.viewport().mapToGlobal(QPointF(pos)),
+                       Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(win.right.viewport(), move)
+    assert win.right.marks.get("hover") == {fused} and win.left.marks["hover"] == set(s.origins(fused))
 
 
 def test_zoom_and_scroll_stay_in_step(qtbot, compared):
