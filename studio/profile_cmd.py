@@ -52,7 +52,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
           f"after {args.warmup} warm-up; threads: numba {prof.threads.get('numba_threads')}, "
           f"BLAS {prof.threads.get('blas_threads')}")
     print(f"peaks (calibrated, {threads} thread(s)): triad {pk.bandwidth / 1e9:.2f} GB/s, "
-          f"GEMM {pk.flops / 1e9:.1f} GFLOP/s")
+          f"GEMM {pk.flops / 1e9:.1f} GFLOP/s, {pk.describe()}")
+    over = [k for k in prof.kernels if k.ok and k.efficiency > 1.05]
+    if over:
+        print(f"warning: {len(over)} kernel(s) above the calibrated roof (up to "
+              f"{100 * max(k.efficiency for k in over):.0f} %): the peaks were measured low; rerun with --recalibrate "
+              "while the machine is quiet")
     print(_table(prof, args.top))
     s = prof.step
     print(f"step: median {s.median_s * 1e3:.2f} ms (min {s.min_s * 1e3:.2f}, max {s.max_s * 1e3:.2f}, CV {s.cv:.1%})")

@@ -3,7 +3,12 @@
 - bandwidth: the one-pass numba triad (``codegen.numba_cpu.microbench``), 3 arrays of
   16 Mi float32 (192 MB, far beyond the caches), best of 7: bytes/s;
 - compute: a 2048³ float32 GEMM through NumPy's BLAS, best of 3: FLOP/s.
-Both run on the thread count given (the same one the profiled kernels use). The result
+Both run on the thread count given (the same one the profiled kernels use). Each
+calibration also records how trustworthy it is: ``load``, the share of the machine's CPU
+time that other processes used while it ran (``/proc/stat`` minus this process), and
+``spread``, how far the median sample lies above the best one (triad or GEMM, the worse).
+A calibration taken under load understates the peaks, so kernels then show more than
+100 % roofline efficiency; the studio then offers to measure again. The result
 is stored in ``<cache>/calibration.json`` under a fingerprint of the CPU model, CPU count,
 thread count and NumPy/numba versions; a different fingerprint (or ``force``) measures
 again. Machines here are noisy (FACTS.md): the profiler compares ratios within one run.
@@ -29,9 +34,43 @@ class Peaks:
     threads: int
     fingerprint: str
     measured_at: float
+    load: float = 0.0     # other processes' share of all CPUs while calibrating (0..1); older caches: 0
+    spread: float = 0.0   # median / best - 1 of the repeated samples, the worse of triad and GEMM
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def describe(self) -> str:
+        return f"calibrated under {100 * self.load:.0f} % load from other processes, spread {100 * self.spread:.0f} %"
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) clock ticks of all CPUs since boot (Linux ``/proc/stat``), else None."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)        # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def other_load(before: tuple[int, int] | None, after: tuple[int, int] | None, own_s: float) -> float:
+    """Other processes' share of all CPU time between two ``_cpu_ticks`` readings, given the CPU
+    seconds this process used meanwhile (0 when ``/proc/stat`` cannot be read)."""
+    if before is None or after is None or after[1] <= before[1]:
+        return 0.0
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    busy = (after[0] - before[0]) - own_s * hz
+    return min(1.0, max(0.0, busy / (after[1] - before[1])))
+
+
+def spread(samples: list[float]) -> float:
+    """median / best - 1 of timing samples (0 for fewer than two)."""
+    if len(samples) < 2:
+        return 0.0
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2] / ordered[0] - 1.0
 
 
 def fingerprint(threads: int) -> str:
@@ -58,15 +97,19 @@ def measure(threads: int) -> Peaks:
     import numpy as np
     from codegen.numba_cpu import microbench, threads as thread_control
     thread_control.pin(threads)
+    ticks, cpu0 = _cpu_ticks(), time.process_time()
     n = 1 << 24
-    bw = 3 * 4 * n / min(microbench.triad_seconds(n, 7))
+    triad = list(microbench.triad_seconds(n, 7))
+    bw = 3 * 4 * n / min(triad)
     a = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)
-    best = float("inf")
+    gemm = []
     for _ in range(3):
         t0 = time.perf_counter()
         a @ a
-        best = min(best, time.perf_counter() - t0)
-    return Peaks(bw, 2 * 2048 ** 3 / best, threads, fingerprint(threads), time.time())
+        gemm.append(time.perf_counter() - t0)
+    load = other_load(ticks, _cpu_ticks(), time.process_time() - cpu0)
+    return Peaks(bw, 2 * 2048 ** 3 / min(gemm), threads, fingerprint(threads), time.time(), load,
+                 max(spread(triad), spread(gemm)))
 
 
 def peaks(threads: int, *, force: bool = False) -> Peaks:
@@ -78,7 +121,8 @@ def peaks(threads: int, *, force: bool = False) -> Peaks:
     except (OSError, ValueError):
         store = {}
     if not force and key in store:
-        return Peaks(**store[key])
+        known = {f for f in Peaks.__dataclass_fields__}
+        return Peaks(**{k: v for k, v in store[key].items() if k in known})
     result = measure(threads)
     store[key] = result.to_json()
     kernel_cache.write_atomic(_path(), json.dumps(store, indent=1))

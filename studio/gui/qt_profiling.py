@@ -11,6 +11,10 @@ started (``timings.TimingReport``), and that graph decides staleness: after appl
 or revert, ``refresh`` greys the table, the roofline and the time heatmap with
 "stale: profiled at step k"; back at that step they are current again.
 
+*Recalibrate* (shown with a warning when kernels run above the calibrated roof, or the
+calibration recorded heavy load) measures the peaks again as a task and judges the last
+profile's measurements against them (``TimingReport.with_peaks``).
+
 "Profile selection" runs the whole step (the worker always does) and reports only the
 selected graph kernels. Calibrating the peaks the first time on a machine happens in
 this process before the worker starts and cannot be interrupted (seconds; it is cached).
@@ -56,6 +60,13 @@ def _ab_work(session, graphs: tuple, steps: tuple[int, int], reps: int, threads:
         raise StudioError(f"the A/B comparison failed: {e}") from e
 
 
+def _calibrate_work(threads: int | None, token, progress):
+    from codegen.timing.calibrate import peaks
+    from studio.session import _default_threads
+    progress(0, 0, "recalibrating: bandwidth (triad) and GEMM peaks, a few seconds…")
+    return peaks(threads or _default_threads(), force=True)
+
+
 class QtProfiling(QObject):
     """See the module docstring. ``window`` is the ``QtMainWindow``; its ``timings`` dock shows the results."""
 
@@ -73,6 +84,7 @@ class QtProfiling(QObject):
         d.compareRequested.connect(self.choose_compare)
         d.traceRequested.connect(self.choose_trace)
         d.cancelRequested.connect(self.cancel)
+        d.recalibrateRequested.connect(self.recalibrate)
         d.set_report(None)
 
     # --- state ------------------------------------------------------------------------------
@@ -155,6 +167,25 @@ class QtProfiling(QObject):
         self.dock.status.set_text(f"profiled step {r.step} in {time.monotonic() - ctx['started']:.1f} s: "
                                   f"{r.coverage()}")
         self.refresh()
+
+    # --- calibration ------------------------------------------------------------------------
+    def recalibrate(self):
+        """Measure the peaks again (the thread count of the last profile) and judge the last profile
+        against them: the roofline, the efficiencies and the warning follow."""
+        r = self.report
+        threads = (r.peaks.threads if r is not None and r.peaks is not None else None) or \
+            self.dock.threads.value() or None
+        task = self._start("Recalibrating the peaks", functools.partial(_calibrate_work, threads), {})
+        if task is not None:
+            task.succeeded.connect(self._recalibrated)
+        return task
+
+    def _recalibrated(self, peaks) -> None:
+        self.dock.status.set_text(f"recalibrated: triad {peaks.bandwidth / 1e9:.1f} GB/s, GEMM "
+                                  f"{peaks.flops / 1e9:.1f} GFLOP/s ({peaks.describe()})")
+        if self.report is not None:
+            self.report = self.report.with_peaks(peaks)
+            self.dock.set_report(self.report, self.report.stale_note(self.w.session.graph) if self.w.session else "")
 
     # --- A/B --------------------------------------------------------------------------------
     def choose_compare(self) -> None:

@@ -1,7 +1,8 @@
 """The Timings dock's table model: one row per profiled graph kernel, sorted on the raw numbers.
 
 Columns: kernel, kind, median, min, max, CV, GB/s, % of the calibrated triad, GFLOP/s,
-roofline efficiency, share of the measured total, error. Failed kernels show their
+roofline efficiency, bound (memory or compute: the kernel's FLOP/B against the ridge of
+the calibrated peaks), share of the measured total, error. Failed kernels show their
 error (red, and in the tooltip) and sort last on every numeric column. A stale report
 is drawn grey. ``SORT_ROLE`` gives the raw numbers, as in the Data movement table.
 """
@@ -11,21 +12,23 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 from studio.gui.qt_kernel_tables import QtRowsModel
-from studio.gui.timings import TimingReport, human_seconds
+from studio.gui.timings import OVER_PEAK, TimingReport, bound_kind, human_seconds
 
 COLUMNS = ("kernel", "kind", "median", "min", "max", "CV", "GB/s", "% peak BW", "GFLOP/s", "roofline eff.",
-           "share", "error")
+           "bound", "share", "error")
 TIME_COLUMNS = (2, 3, 4)
-PERCENT_COLUMNS = (5, 7, 9, 10)        # stored as fractions or percents, shown with '%'
+PERCENT_COLUMNS = (5, 7, 9, 11)        # stored as fractions or percents, shown with '%'
+TEXT_COLUMNS = (0, 1, 10, 12)
+ERROR = 12
 DESC = Qt.SortOrder.DescendingOrder
 
 
 def row_of(report: TimingReport, k) -> tuple:
     if not k.ok:
-        return (k.node_id, k.kind) + (None,) * 9 + (k.error or "failed",)
+        return (k.node_id, k.kind) + (None,) * 10 + (k.error or "failed",)
     s = k.samples
     return (k.node_id, k.kind, s.median_s, s.min_s, s.max_s, s.cv, k.gbps, k.pct_peak_bw, k.gflops,
-            k.efficiency, report.share(k), "")
+            k.efficiency, bound_kind(k), report.share(k), "")
 
 
 class QtTimingModel(QtRowsModel):
@@ -72,10 +75,14 @@ class QtTimingModel(QtRowsModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return _text(c, v)
         if role == Qt.ItemDataRole.ForegroundRole:
-            return QColor("#9a9a9a") if self.stale else QColor("#c62828") if row[11] else None
+            if self.stale:
+                return QColor("#9a9a9a")
+            if row[ERROR] or (c == 9 and row[9] is not None and row[9] > OVER_PEAK):
+                return QColor("#c62828")                # failed, or faster than the calibrated roof
+            return None
         if role == Qt.ItemDataRole.ToolTipRole:
             return self._tooltip(row)
-        if role == Qt.ItemDataRole.TextAlignmentRole and 2 <= c <= 10:
+        if role == Qt.ItemDataRole.TextAlignmentRole and 2 <= c <= 11 and c != 10:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
@@ -84,8 +91,11 @@ class QtTimingModel(QtRowsModel):
         stmts = self.statements.get(row[0], [])
         if stmts and stmts != [row[0]]:
             parts.append("profiled as: " + ", ".join(stmts))
-        if row[11]:
-            parts.append(f"failed: {row[11]}")
+        if row[ERROR]:
+            parts.append(f"failed: {row[ERROR]}")
+        if row[9] is not None and row[9] > OVER_PEAK:
+            parts.append(f"{100 * row[9]:.0f} % of the roofline: faster than the calibrated peaks allow, so they "
+                         "were measured low (Recalibrate in the Timings dock)")
         if self.stale:
             parts.append("stale: the graph changed since this profile")
         return "\n".join(parts)
@@ -94,7 +104,7 @@ class QtTimingModel(QtRowsModel):
 def _text(c: int, v) -> str:
     if v is None:
         return "–"
-    if c in (0, 1, 11):
+    if c in TEXT_COLUMNS:
         return v
     if c in TIME_COLUMNS:
         return human_seconds(v)
@@ -102,6 +112,6 @@ def _text(c: int, v) -> str:
         return f"{100 * v:.1f} %"
     if c == 7:
         return f"{v:.1f} %"
-    if c in (9, 10):
+    if c in (9, 11):
         return f"{100 * v:.1f} %"
     return f"{v:.3g}"

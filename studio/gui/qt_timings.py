@@ -19,7 +19,7 @@ from studio.gui.qt_kernel_tables import select_rows, selected_row_ids
 from studio.gui.qt_roofline import QtRooflinePlot
 from studio.gui.qt_text import QtTextLine
 from studio.gui.qt_timing_table import DESC, QtTimingModel
-from studio.gui.timings import TimingReport, describe_machine, human_seconds
+from studio.gui.timings import TimingReport, describe_machine, human_seconds, trust_note
 
 
 def _button(text: str, name: str, tip: str) -> QPushButton:
@@ -48,6 +48,7 @@ class QtTimingsDock(QDockWidget):
     compareRequested = Signal()
     traceRequested = Signal()
     cancelRequested = Signal()
+    recalibrateRequested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Timings", parent)
@@ -63,6 +64,19 @@ class QtTimingsDock(QDockWidget):
         self.coverage = QtTextLine(rich=True)
         self.ab_line = QtTextLine()
         self.ab_line.hide()
+        self.trust = QtTextLine(rich=True)
+        self.trust.setObjectName("timingsTrust")
+        self.recalibrate = _button("Recalibrate", "recalibrate",
+                                   "Measure this machine's bandwidth and GEMM peaks again (a few seconds; "
+                                   "best while nothing else runs)")
+        self.recalibrate.clicked.connect(self.recalibrateRequested)
+        trust_row = QHBoxLayout()
+        trust_row.addWidget(self.trust, 1)
+        trust_row.addWidget(self.recalibrate)
+        self.trust_box = QWidget()
+        self.trust_box.setLayout(trust_row)
+        trust_row.setContentsMargins(0, 0, 0, 0)
+        self.trust_box.hide()
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(180)
         self.progress.setMaximumHeight(16)
@@ -71,7 +85,7 @@ class QtTimingsDock(QDockWidget):
         col = QVBoxLayout()
         col.setContentsMargins(2, 2, 2, 2)
         col.addLayout(self._make_bar())
-        for w in (self.machine, self.coverage, self.ab_line, self.table):
+        for w in (self.machine, self.coverage, self.trust_box, self.ab_line, self.table):
             col.addWidget(w)
         left = QWidget()
         left.setLayout(col)
@@ -123,7 +137,7 @@ class QtTimingsDock(QDockWidget):
     # --- running --------------------------------------------------------------------------
     def set_running(self, running: bool, text: str = "") -> None:
         """Busy state: buttons that start work are disabled, progress and Cancel shown."""
-        for b in (self.profile_selection, self.profile_all, self.compare):
+        for b in (self.profile_selection, self.profile_all, self.compare, self.recalibrate):
             b.setEnabled(not running)
         self.trace.setEnabled(not running and self.report is not None)
         self.progress.setVisible(running)
@@ -157,6 +171,9 @@ class QtTimingsDock(QDockWidget):
             self.plot.set_data(report.kernels, peaks.bandwidth if peaks else 0.0, peaks.flops if peaks else 0.0)
         self.set_stale(stale_note)
         self.trace.setEnabled(report is not None and self.profile_all.isEnabled())
+        note = trust_note(report)
+        self.trust.set_text(f"<span style='color:#b35900'><b>⚠ {note}</b></span>" if note else "")
+        self.trust_box.setVisible(bool(note))
 
     def set_stale(self, note: str) -> None:
         """Grey the table and the roofline and say why, or show them as current (``note`` = '')."""

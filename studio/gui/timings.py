@@ -97,6 +97,12 @@ class TimingReport:
         return cls(kernels, len(graph.nodes), step, graph, dict(profile.threads or {}), profile.peaks,
                    sum(len(p) for p in groups.values()), unmatched, step_s)
 
+    def with_peaks(self, peaks) -> "TimingReport":
+        """The same measurements judged against other calibrated peaks (after Recalibrate)."""
+        from dataclasses import replace
+        kernels = [replace(k, peak_bw=peaks.bandwidth, peak_flops=peaks.flops) for k in self.kernels]
+        return replace(self, kernels=kernels, peaks=peaks)
+
     @property
     def measured(self) -> int:
         return sum(1 for k in self.kernels if k.ok)
@@ -149,6 +155,40 @@ def human_rate(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}"
 
 
+OVER_PEAK = 1.05       # a roofline efficiency above this: the calibrated peaks are lower than the machine's
+
+
+def bound_kind(k) -> str:
+    """"memory" or "compute": which roof limits kernel ``k`` (its FLOP/B against the ridge point)."""
+    if not k.peak_bw or not k.peak_flops:
+        return ""
+    ridge = k.peak_flops / k.peak_bw
+    return "compute" if k.bytes and k.flops / k.bytes >= ridge else "memory"
+
+
+def over_peak(report: TimingReport) -> list:
+    """The kernels measured faster than the calibrated roofline allows (efficiency > ``OVER_PEAK``)."""
+    return [k for k in report.kernels if k.ok and k.efficiency > OVER_PEAK]
+
+
+def trust_note(report: TimingReport | None) -> str:
+    """Why the roofline should not be trusted as it stands ('' when nothing is wrong): kernels above
+    100 % of the roof (the peaks were measured low, typically under load), or a calibration that
+    recorded heavy load or a wide spread."""
+    if report is None or report.peaks is None:
+        return ""
+    p = report.peaks
+    how = p.describe() if hasattr(p, "describe") else "calibration"
+    over = over_peak(report)
+    if over:
+        worst = max(k.efficiency for k in over)
+        return (f"{len(over)} kernel{'s' * (len(over) != 1)} above the calibrated roof (up to {100 * worst:.0f} %): "
+                f"the peaks were measured low ({how}); recalibrate")
+    if getattr(p, "load", 0.0) > 0.25 or getattr(p, "spread", 0.0) > 0.15:
+        return f"the peaks may be low: {how}; recalibrate while the machine is quiet"
+    return ""
+
+
 def describe_machine(report: TimingReport) -> str:
     """Threads and calibrated peaks, one line."""
     t = report.threads
@@ -157,7 +197,8 @@ def describe_machine(report: TimingReport) -> str:
     p = report.peaks
     if p is not None:
         parts.append(f"peaks: triad {human_rate(p.bandwidth, 'B/s')}, GEMM {human_rate(p.flops, 'FLOP/s')}, "
-                     f"ridge {p.flops / p.bandwidth:.3g} FLOP/B")
+                     f"ridge {p.flops / p.bandwidth:.3g} FLOP/B"
+                     + (f" ({100 * p.load:.0f} % load, spread {100 * p.spread:.0f} %)" if hasattr(p, "load") else ""))
     return " · ".join(parts)
 
 

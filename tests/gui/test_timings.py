@@ -215,3 +215,38 @@ def test_stale_after_apply_trace_export_and_ab(qtbot, window, tmp_path):
     w.refresh()
     assert w.session.cursor == 0 and not dock.model.stale and dock.plot.note == ""
     assert "stale" not in dock.coverage.text() and "stale" not in w.view.legend.caption
+
+
+def test_a_roofline_above_100_percent_is_flagged_and_recalibrate_fixes_it(qtbot, window):
+    """Peaks measured low (as under load) make kernels look faster than the roof: the dock warns,
+    marks them red, labels every kernel memory- or compute-bound, and Recalibrate measures the
+    peaks again (for real) and judges the same measurements against them."""
+    from dataclasses import replace
+
+    from studio.gui.timings import over_peak
+    w, dock = window, window.timings
+    r = _profile(qtbot, w)
+    ridge = r.peaks.flops / r.peaks.bandwidth
+    for k in r.kernels:                               # the FLOP/B of each kernel against the ridge point
+        row = next(row for row in dock.model.rows if row[0] == k.node_id)
+        assert row[_col("bound")] == ("compute" if k.bytes and k.flops / k.bytes >= ridge else "memory")
+    low = r.with_peaks(replace(r.peaks, bandwidth=r.peaks.bandwidth / 50, flops=r.peaks.flops / 50, load=0.6))
+    w.profiling.report = low
+    dock.set_report(low)
+    over = over_peak(low)
+    assert over and dock.trust_box.isVisibleTo(dock) and dock.recalibrate.isEnabled()
+    text = dock.trust.text()
+    assert f"{len(over)} kernel" in text and "above the calibrated roof" in text and "60 % load" in text
+    row = next(k for k, row in enumerate(dock.model.rows) if row[0] == over[0].node_id)
+    eff = dock.model.index(row, _col("roofline eff."))
+    assert dock.model.data(eff, Qt.ItemDataRole.ForegroundRole).name() == "#c62828"
+    assert "Recalibrate" in dock.model.data(eff, Qt.ItemDataRole.ToolTipRole)
+
+    dock.recalibrate.click()
+    assert w.profiling.busy
+    qtbot.waitUntil(lambda: not w.profiling.busy, timeout=PROFILE_MS)
+    fresh = w.profiling.report
+    assert fresh.peaks.bandwidth > 10 * low.peaks.bandwidth and fresh.peaks.measured_at > r.peaks.measured_at
+    assert 0.0 <= fresh.peaks.load <= 1.0 and fresh.peaks.spread >= 0.0
+    assert len(over_peak(fresh)) < len(over) and "recalibrated" in dock.status.text()
+    assert [k.samples for k in fresh.kernels] == [k.samples for k in low.kernels]   # the same measurements

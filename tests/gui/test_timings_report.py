@@ -81,7 +81,7 @@ def test_formatting():
     assert human_seconds(float("nan")) == "–"
     r = TimingReport([], 0, 0, threads={"numba_threads": 2, "blas_threads": 1, "cpus": 2}, peaks=PEAKS)
     assert describe_machine(r) == ("numba threads 2 · BLAS threads 1 · CPUs 2 · peaks: triad 20 GB/s, "
-                                   "GEMM 100 GFLOP/s, ridge 5 FLOP/B")
+                                   "GEMM 100 GFLOP/s, ridge 5 FLOP/B (0 % load, spread 0 %)")
     ab = ABResult(Samples.of([2_000_000] * 4), Samples.of([1_000_000] * 4), 2.0, 0.05, {})
     assert describe_ab(0, 3, ab) == ("A/B step 0 → step 3: 2.000 (after is 2.00× faster) · median 2 ms → 1 ms · "
                                      "pair spread 5.0 % over 4 pairs")
