@@ -363,6 +363,11 @@ class Session:
             raise StudioError(f"there is no step {k}: the session has steps 0..{len(self._states) - 1}")
         return self._states[k].graph
 
+    def application_at(self, k: int) -> Application | None:
+        """What step ``k`` (1-based) did: its ``Application`` (None for step 0)."""
+        self.graph_at(k)                               # the same range check
+        return self._states[k].application
+
     def origins(self, ident: str, k: int | None = None, since: int = 0) -> tuple[str, ...]:
         """Lineage: the kernels of ``graph_at(since)`` (the opened graph by default) that kernel
         ``ident`` of ``graph_at(k)`` (the current graph) was made from, in their graph order;

@@ -19,14 +19,16 @@ from studio.session import Session
 from transforms.history import TRANSFER
 
 
-def step_text(name: str, anchors: Sequence[str], saved: int | None = None, applications: int | None = None) -> str:
+def step_text(name: str, anchors: Sequence[str], delta: int | None = None, applications: int | None = None) -> str:
+    """A history entry: the change in bytes moved first ("-12.58 MB": saved; a narrow History dock
+    elides long anchors at the end, never the figure), then what was applied where."""
+    gain = f"{delta / 1e6:+.2f} MB · " if delta else ""
     if name == TRANSFER:                              # a transfer step (transforms.transfer)
-        return f"repeat on equal layers ×{applications}" + (f"  ({-saved / 1e6:+.2f} MB)" if saved else "")
+        return f"{gain}repeat on equal layers ×{applications}"
     if applications is not None:                      # a pass step (transforms.passes)
-        return f"{name} pass ×{applications}" + (f"  ({-saved / 1e6:+.2f} MB)" if saved else "")
+        return f"{gain}{name} pass ×{applications}"
     where = anchors[0] if len(anchors) == 1 else f"{anchors[0]} +{len(anchors) - 1}" if anchors else "graph"
-    gain = f"  ({-saved / 1e6:+.2f} MB)" if saved else ""
-    return f"{name} @ {where}{gain}"
+    return f"{gain}{name} @ {where}"
 
 
 class ApplyCommand(QUndoCommand):

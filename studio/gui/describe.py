@@ -138,7 +138,7 @@ def kernel_html(graph: Graph, tree: ScopeTree, ledger: Ledger, ident: str, origi
     parts.append("<table cellspacing=4><tr><th>slot</th><th>memlet</th><th>container</th><th>bytes</th></tr>"
                  + "".join(_memlet_rows(graph, node.inputs, "in") + _memlet_rows(graph, node.outputs, "out"))
                  + "</table>")
-    parts.append(f"<pre>{esc(node_to_text(node))}</pre>")
+    parts.append(f"<pre style=\"white-space: pre-wrap\">{esc(node_to_text(node))}</pre>")        # wrapped: never cut
     return "".join(parts)
 
 

@@ -241,9 +241,11 @@ class QtMainWindow(QMainWindow):
         # on the GUI thread after a 500-step history of a 12-layer model)
         with self.history.bulk():                  # one view update, not one per step
             self.stack.clear()
-            for step in session.steps[: session.cursor]:
+            for k, step in enumerate(session.steps[: session.cursor], start=1):
+                app = session.application_at(k)
                 self.stack.push(ApplyCommand(session, step.transformation, step.anchors, step.params, done=True,
-                                             text=step_text(step.transformation, step.anchors, None,
+                                             text=step_text(step.transformation, step.anchors,
+                                                            app.delta.bytes if app is not None else None,
                                                             step.applications)))
         self._unsubscribe = session.subscribe(self._on_session_event)
         self.setWindowTitle(f"dcstudio — {session.model_name}")
@@ -501,8 +503,14 @@ class QtMainWindow(QMainWindow):
         self.say(self.sender().context["fail"], error=True, detail=message)
 
     def say(self, text: str, *, error: bool = False, detail: str = "") -> QWidget:
-        """A non-modal message (errors name the node or step; never a traceback)."""
-        self.statusBar().showMessage(text + (f": {detail.splitlines()[0]}" if detail else ""), 10000)
+        """A non-modal message (errors name the node or step; never a traceback). The status bar
+        line names a file once: a detail that starts with the path the text ends with drops it."""
+        first = detail.splitlines()[0] if detail else ""
+        for path in {text.rsplit(" ", 1)[-1], Path(text.rsplit(" ", 1)[-1]).name} - {""}:
+            if first.startswith(path + ": "):
+                first = first[len(path) + 2:]
+                break
+        self.statusBar().showMessage(text + (f": {first}" if first else ""), 10000)
         show = qt_dialogs.show_error if error else qt_dialogs.show_info
         box = show(self, "dcstudio", text, detail)
         self.messages = [m for m in self.messages if _alive(m)] + [box]

@@ -28,6 +28,7 @@ class QtTextLine(QWidget):
                 self.doc.setHtml(text)
             else:
                 self.doc.setPlainText(text)
+            self.setToolTip(self.doc.toPlainText())     # the whole line, where the dock cuts it
             self.update()
 
     def text(self) -> str:

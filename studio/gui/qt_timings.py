@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QDockWidget, QHBoxLayout, QLab
 from studio.gui.qt_kernel_tables import select_rows, selected_row_ids
 from studio.gui.qt_roofline import QtRooflinePlot
 from studio.gui.qt_text import QtTextLine
-from studio.gui.qt_timing_table import DESC, QtTimingModel
+from studio.gui.qt_timing_table import COLUMNS, DESC, QtTimingModel
 from studio.gui.timings import TimingReport, describe_machine, human_seconds, trust_note
 
 
@@ -85,7 +85,7 @@ class QtTimingsDock(QDockWidget):
         col = QVBoxLayout()
         col.setContentsMargins(2, 2, 2, 2)
         col.addLayout(self._make_bar())
-        for w in (self.machine, self.coverage, self.trust_box, self.ab_line, self.table):
+        for w in (self.status, self.machine, self.coverage, self.trust_box, self.ab_line, self.table):
             col.addWidget(w)
         left = QWidget()
         left.setLayout(col)
@@ -113,6 +113,9 @@ class QtTimingsDock(QDockWidget):
         t.setWordWrap(False)                                # (word wrap forces eliding at the end)
         t.setTextElideMode(Qt.TextElideMode.ElideMiddle)   # long scoped ids: keep the op at the end
         t.horizontalHeader().setStretchLastSection(True)
+        metrics = t.horizontalHeader().fontMetrics()           # no header cut ("roofline eff.")
+        for c, name in enumerate(COLUMNS[1:], start=1):
+            t.setColumnWidth(c, max(60 if c == 1 else 74, metrics.horizontalAdvance(name) + 28))
         return t
 
     def _make_bar(self) -> QHBoxLayout:
@@ -131,7 +134,7 @@ class QtTimingsDock(QDockWidget):
         for w in (self.profile_selection, self.profile_all, QLabel("reps"), self.reps, QLabel("threads"),
                   self.threads, self.compare, self.trace, self.progress, self.cancel_button):
             bar.addWidget(w)
-        bar.addWidget(self.status, 1)
+        bar.addStretch(1)                                  # the status line has its own row: never cut
         return bar
 
     # --- running --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
-from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSplitter,
+from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton, QSplitter,
                                QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from studio.cli import human_bytes
@@ -50,9 +50,13 @@ class QtTransformationsDock(QDockWidget):
         self.tree.setMouseTracking(True)
         self.tree.setRootIsDecorated(True)
         self.tree.setUniformRowHeights(True)
-        self.tree.setColumnWidth(0, 170)
-        self.tree.setColumnWidth(1, 190)
-        self.tree.setColumnWidth(2, 72)
+        head = self.tree.header()               # "Where" takes what is left: Saves and Status are never cut
+        head.setStretchLastSection(False)
+        head.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        head.setMinimumSectionSize(48)
+        self.tree.setColumnWidth(0, 150)
+        self.tree.setColumnWidth(2, 78)
+        self.tree.setColumnWidth(3, 64)
         self.status = QLabel("no model")
         self.preview_button = QPushButton("Preview")
         self.apply_button = QPushButton("Apply")
