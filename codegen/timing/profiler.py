@@ -10,7 +10,9 @@ inside the worker and reported with its exception. The result is a ``Profile``: 
 ``KernelTiming`` per kernel (median, min, max, CV; GB/s, % of the calibrated triad,
 GFLOP/s, roofline bound and efficiency), the step's own timing and the thread counts.
 
-Long runs report ``on_progress(done, total)`` (statement-steps measured so far) and stop
+``kernels`` (graph kernel ids) profiles a *cutout*: the worker runs the whole step once,
+recording what those kernels read, then times only them (``instrument``); the step's
+samples are then the selection's. Long runs report ``on_progress(done, total)`` (statement-steps measured so far) and stop
 when ``cancel()`` returns true: the worker is killed and ``ProfileCancelled`` raised.
 
 ``ab_ratio(a, b, feeds)`` times two graphs' whole steps alternately in one worker (paired
@@ -33,7 +35,7 @@ import numpy as np
 
 from codegen.numba_cpu import threads as thread_control
 from codegen.timing.calibrate import Peaks
-from codegen.timing.stats import KernelTiming, Samples
+from codegen.timing.stats import KernelTiming, Samples, owner
 from ir.graph import Graph
 from ir.serialize import dumps
 
@@ -138,8 +140,9 @@ def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray], *, kernels: Ite
     with tempfile.TemporaryDirectory(prefix="dcstudio-profile-") as tmp:
         work = Path(tmp)
         write_graph(graph, feeds, work / "graph")
+        wanted = sorted(set(kernels)) if kernels is not None else None
         job = {"graph": str(work / "graph"), "progress": str(work / "progress"), "reps": reps, "warmup": warmup,
-               "threads": threads, "plugins": list(plugins), "skip": []}
+               "threads": threads, "plugins": list(plugins), "skip": [], "select": wanted}
         failed: dict[int, str] = {}
         for attempt in range(1, len(graph.nodes) + 2):
             result, failure, at = _run_worker(job, work, threads, timeout, on_progress, cancel)
@@ -156,7 +159,7 @@ def _assemble(result: dict, failed: dict[int, str], peaks: Peaks | None, wanted,
     keep = set(wanted) if wanted is not None else None
     out, failures = [], []
     for k, st in enumerate(result["statements"]):
-        if keep is not None and st["node_id"] not in keep:
+        if keep is not None and owner(st["node_id"], keep) is None:
             continue
         error = failed.get(k) or st["error"]
         if error:

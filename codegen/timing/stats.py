@@ -10,6 +10,25 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
+from typing import Mapping
+
+EXPANDED = "/expanded"
+
+
+def owner(profiled_id: str, node_ids: Mapping[str, object] | set[str]) -> str | None:
+    """The graph node id a profiled statement ``profiled_id`` belongs to (None when it belongs to
+    none): itself, the op it was expanded from, or the longest graph id that is a '/'-prefix."""
+    if profiled_id in node_ids:
+        return profiled_id
+    head, sep, _tail = profiled_id.partition(EXPANDED)
+    if sep and head in node_ids:
+        return head
+    cut = profiled_id
+    while "/" in cut:                              # the longest graph id that is a '/'-prefix
+        cut = cut.rpartition("/")[0]
+        if cut in node_ids:
+            return cut
+    return None
 
 
 @dataclass(frozen=True, slots=True)

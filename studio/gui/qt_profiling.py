@@ -15,8 +15,8 @@ or revert, ``refresh`` greys the table, the roofline and the time heatmap with
 calibration recorded heavy load) measures the peaks again as a task and judges the last
 profile's measurements against them (``TimingReport.with_peaks``).
 
-"Profile selection" runs the whole step (the worker always does) and reports only the
-selected graph kernels. Calibrating the peaks the first time on a machine happens in
+"Profile selection" profiles a cutout: the worker runs the whole step once, recording
+what the selected kernels read, then times only them (``codegen.timing.instrument``). Calibrating the peaks the first time on a machine happens in
 this process before the worker starts and cannot be interrupted (seconds; it is cached).
 """
 from __future__ import annotations
@@ -35,11 +35,11 @@ from studio.gui.timings import TimingReport, describe_ab, human_seconds
 WARMUP = 2
 
 
-def _profile_work(session, graph, reps: int, threads: int | None, token, progress):
+def _profile_work(session, graph, reps: int, threads: int | None, only, token, progress):
     from codegen.timing.profiler import ProfileCancelled
     progress(0, 0, "profiling: calibrating peaks, compiling kernels…")
     try:
-        return session.profile(reps=reps, warmup=min(WARMUP, reps), threads=threads, graph=graph,
+        return session.profile(only, reps=reps, warmup=min(WARMUP, reps), threads=threads, graph=graph,
                                on_progress=lambda d, t: progress(d, t, f"profiling: {d}/{t} kernel runs"),
                                cancel=lambda: token.cancelled)
     except ProfileCancelled:
@@ -151,7 +151,7 @@ class QtProfiling(QObject):
         reps, threads = self._settings()
         what = "all kernels" if only is None else f"{len(only)} selected kernels"
         task = self._start(f"Profiling {what} at step {s.cursor}",
-                           functools.partial(_profile_work, s, s.graph, reps, threads),
+                           functools.partial(_profile_work, s, s.graph, reps, threads, only),
                            {"graph": s.graph, "step": s.cursor, "only": only})
         if task is not None:
             task.succeeded.connect(self._profiled)

@@ -120,7 +120,7 @@ class QtTimingsDock(QDockWidget):
 
     def _make_bar(self) -> QHBoxLayout:
         self.profile_selection = _button("Profile selection", "profileSelection",
-                                         "Time the selected kernels (the whole step runs; only they are reported)")
+                                         "Time the selected kernels on inputs recorded from one run of the step")
         self.profile_all = _button("Profile all kernels", "profileAll", "Time every kernel of the current step")
         self.compare = _button("Compare with step…", "compareStep", "Paired A/B of whole steps: that step vs now")
         self.trace = _button("Export Chrome trace…", "exportTrace", "Write the last profile for Perfetto")

@@ -21,25 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from codegen.timing.stats import KernelTiming, Samples
-
-EXPANDED = "/expanded"
-
-
-def owner(profiled_id: str, node_ids: Mapping[str, object] | set[str]) -> str | None:
-    """The graph node id ``profiled_id`` belongs to (None when it belongs to none)."""
-    if profiled_id in node_ids:
-        return profiled_id
-    head, sep, _tail = profiled_id.partition(EXPANDED)
-    if sep and head in node_ids:
-        return head
-    cut = profiled_id
-    while "/" in cut:                              # the longest graph id that is a '/'-prefix
-        cut = cut.rpartition("/")[0]
-        if cut in node_ids:
-            return cut
-    return None
-
+from codegen.timing.stats import EXPANDED, KernelTiming, Samples, owner  # noqa: F401 (owner: re-exported)
 
 def _summed_samples(parts: list[KernelTiming]) -> Samples:
     """Per-repetition sums of the statements' samples (exact when all have the same reps)."""

@@ -250,3 +250,22 @@ def test_a_roofline_above_100_percent_is_flagged_and_recalibrate_fixes_it(qtbot,
     assert 0.0 <= fresh.peaks.load <= 1.0 and fresh.peaks.spread >= 0.0
     assert len(over_peak(fresh)) < len(over) and "recalibrated" in dock.status.text()
     assert [k.samples for k in fresh.kernels] == [k.samples for k in low.kernels]   # the same measurements
+
+
+def test_profile_selection_times_only_the_selection(qtbot, window):
+    """Before: "Profile selection" ran and timed the whole step (one kernel took longer than all).
+    Now the worker records the selection's inputs in one run and times only the selection."""
+    w, dock = window, window.timings
+    w.view.select(["/fc1/Gemm"])
+    dock.reps.setValue(4)
+    w.actions_.profile_selection.trigger()
+    assert w.profiling.busy
+    qtbot.waitUntil(lambda: not w.profiling.busy, timeout=PROFILE_MS)
+    r = w.profiling.report
+    assert r is not None and [k.node_id for k in r.kernels] == ["/fc1/Gemm"]
+    k = r.kernels[0]
+    assert k.ok and k.samples.n == 4
+    from codegen.timing.stats import owner
+    assert {owner(p.node_id, {"/fc1/Gemm"}) for p in w.profiling.profile.kernels} == {"/fc1/Gemm"}, \
+        "the worker timed the selection's statements only"
+    assert "1 of" in dock.coverage.text()

@@ -175,3 +175,42 @@ def test_a_result_larger_than_a_pipe_buffer_comes_back(small):
     prof = profile_graph(g, feeds, reps=4000, warmup=0, timeout=10.0, threads=1)
     assert len(json.dumps([k.extra["samples_ns"] for k in prof.kernels])) > 1 << 16
     assert all(k.ok and k.samples.n == 4000 for k in prof.kernels) and prof.workers == 1
+
+
+def test_a_selection_is_timed_as_a_cutout_on_recorded_inputs(small, tmp_path):
+    """Profiling kernels=[...] runs the whole step once (recording what the selection reads) and
+    then only the selection: the other statements get no timed sample, and the cutout's outputs
+    equal the full step's (the recorded inputs are the real ones)."""
+    from codegen.numba_cpu.runner import CompiledGraph
+    from codegen.timing.instrument import timed_step
+    from codegen.timing.profiler import write_graph
+    from codegen.timing.worker import _profile
+    g, feeds = small
+    write_graph(g, feeds, tmp_path / "graph")
+    job = {"graph": str(tmp_path / "graph"), "progress": str(tmp_path / "progress"), "reps": 3, "warmup": 1,
+           "threads": 1, "plugins": [], "skip": [], "select": ["fc2"]}
+    np.zeros(4, dtype=np.int64).tofile(tmp_path / "progress")
+    result = _profile(job)
+    samples = {st["node_id"]: st["samples_ns"] for st in result["statements"]}
+    assert len(samples["fc2"]) == 3
+    assert samples["fc1"] == [] and samples["act/expanded"] == [], "the rest ran once, untimed"
+
+    cg = CompiledGraph(g, threads=1, extra=lambda prog: timed_step(prog, {len(prog.statements) - 1}))
+    model, mod = cg.model, cg.module
+    args = model._args(feeds)
+    n = len(cg.program.statements)
+    progress = np.zeros(4, dtype=np.int64)
+
+    def step(full, keep):
+        return mod._step_timed(model.weights, model._pool("step", mod._SLOTS), model._pool("o", mod._OUT_SLOTS),
+                               [[] for _ in range(n)], [0] * n, progress, set(), {}, full, keep, *args)
+    keep = {}
+    assert step(True, keep) is not None
+    last = cg.program.statements[-1]
+    wanted = {c for c in last.reads if c not in g.values and c not in g.inputs}
+    assert set(keep) == wanted, "exactly what the selection reads from the rest is recorded"
+    recorded = {k: v.copy() for k, v in keep.items()}
+    progress[:] = 0
+    assert step(False, keep) is None                                # the cutout returns nothing
+    assert progress[1] == 1 and progress[0] == n - 1, "one statement ran: the selected one"
+    assert all(np.array_equal(keep[k], v) for k, v in recorded.items())
