@@ -81,6 +81,8 @@ class QtGraphView(QGraphicsView):
         self.heat_times: dict[str, float] = {}
         self.heat_note = "no profile yet"           # "N of M kernels measured", stale note
         self.heat_stale = False
+        self.overlay_values: dict[str, float] = {}  # heat metric "overlay": loaded node data (studio.overlay)
+        self.overlay_name = ""
         self.task: QtTask | None = None
         self._stale = None                          # boxes whose text may be out of date (None: all)
         self._drawing = False
@@ -374,6 +376,9 @@ class QtGraphView(QGraphicsView):
         if self.heat_metric == "time":
             self._apply_time_heat()
             return
+        if self.heat_metric == "overlay":
+            self._apply_overlay_heat()
+            return
         kernels = self.ledger.kernels
         values = {k: float(sum(kernels[i].bytes for i in self.tree.members(k) if i in kernels)) for k in self.boxes}
         for key, t in normalize(values, self.heat_scale).items():
@@ -393,6 +398,23 @@ class QtGraphView(QGraphicsView):
         self.legend.set_values(values, self.heat_scale, f"measured time per box · {self.heat_scale} scale · "
                                                         f"{self.heat_note}", _human_us, show_empty=True)
         self._place_legend()
+
+    def _apply_overlay_heat(self) -> None:
+        values = box_values(self.boxes, self.tree.members, self.overlay_values)
+        heat = {key: QColor(*color(t)) for key, t in normalize(values, self.heat_scale).items()}
+        for key, item in self.boxes.items():
+            item.set_heat(heat.get(key, QColor("#ededed")))       # no value for it: plain light grey
+        covered = sum(1 for i in self.graph.nodes if i in self.overlay_values)
+        self.legend.set_values(values, self.heat_scale, f"{self.overlay_name} per box · {self.heat_scale} scale · "
+                                                        f"{covered} of {len(self.graph.nodes)} kernels have a value",
+                               lambda v: f"{v:.4g}", show_empty=True)
+        self._place_legend()
+
+    def set_overlay(self, values: dict[str, float], name: str) -> None:
+        """Node data loaded from a file (``studio.overlay``), shown with the heat metric ``overlay``."""
+        self.overlay_values, self.overlay_name = dict(values), name
+        if self.heat_metric == "overlay":
+            self._apply_heat()
 
     def _place_legend(self) -> None:
         self.legend.move(10, self.viewport().height() - self.legend.height() - 10)
@@ -459,8 +481,11 @@ class QtGraphView(QGraphicsView):
                     name, line = plate_text(self.tree, self.ledger, item.key, self.heat_times)
                     return f"{name}\n{line}\ndouble-click to open"
                 origins = self.origins_of() if self.origins_of is not None else None
-                return kernel_tooltip(self.graph, self.ledger, item.key, self.heat_times.get(item.key),
-                                      origins(item.key) if origins is not None else ())
+                tip = kernel_tooltip(self.graph, self.ledger, item.key, self.heat_times.get(item.key),
+                                     origins(item.key) if origins is not None else ())
+                if item.key in self.overlay_values:
+                    tip += f"\n{self.overlay_name}: {self.overlay_values[item.key]:.6g}"
+                return tip
             if isinstance(item, QtEdgeItem):
                 return edge_tooltip(self.graph, self.tree.edges[item.group][(item.src, item.dst)])
         return ""

@@ -73,6 +73,10 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
                              "Replay a history file onto this model")
     a.save_history = _action(w, "&Save history…", w.choose_save_history, QKeySequence.StandardKey.Save,
                              "Save the applied steps as a history file")
+    a.load_overlay = _action(w, "Load node &data…", w.choose_overlay, tip="Colour the graph with per-kernel values "
+                             "from a JSON file (Model Explorer's node-data format)")
+    a.save_overlay = _action(w, "Export node data…", w.choose_save_overlay, tip="Write bytes moved (and the last "
+                             "profile's times) per kernel as node-data JSON, for Model Explorer")
     a.export = _action(w, "&Export module…", w.show_export_dialog, "Ctrl+E",
                        "Write the current graph as a standalone Python package and check it")
     a.close = _action(w, "&Close window", w.close, QKeySequence.StandardKey.Close)
@@ -126,11 +130,12 @@ def _timing_actions(w: "QtMainWindow", a: SimpleNamespace) -> None:
     a.export_trace = _action(w, "Export Chrome &trace…", p.choose_trace, tip="Write the last profile for Perfetto")
     group = QActionGroup(w)
     a.heat_metric = {}
-    for metric, text in (("bytes", "bytes moved"), ("time", "measured time")):
+    for metric, text in (("bytes", "bytes moved"), ("time", "measured time"), ("overlay", "node data")):
         act = _action(w, f"Heatmap metric: {text}", lambda m=metric: w.set_heat_metric(m))
         act.setIconText(text)
         act.setCheckable(True)
         act.setChecked(metric == "bytes")
+        act.setEnabled(metric != "overlay")           # until node data is loaded
         group.addAction(act)
         a.heat_metric[metric] = act
 
@@ -140,6 +145,8 @@ def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
     file = bar.addMenu("&File")
     file.addActions([a.open_model, a.open_history, a.save_history])
     w.recent_menu = file.addMenu("Open &recent")
+    file.addSeparator()
+    file.addActions([a.load_overlay, a.save_overlay])
     file.addSeparator()
     file.addActions([a.export, a.close])
     edit = bar.addMenu("&Edit")

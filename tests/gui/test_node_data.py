@@ -1,0 +1,40 @@
+"""Overlays from outside: File → Load node data… colours the graph with a node-data JSON file's
+values (heat metric "node data", legend, tooltips); Export node data… writes the studio's
+figures in the same format; a bad file gets a dialog naming it, and the view is unchanged."""
+from __future__ import annotations
+
+import json
+
+from tests.gui.test_session_flow import _open
+
+
+def test_load_and_export_node_data(qtbot, make_window, bert_model, tmp_path):
+    w = make_window()
+    _open(qtbot, w, bert_model)
+    s, v = w.session, w.view
+    assert not w.actions_.heat_metric["overlay"].isEnabled()
+    ids = list(s.graph.nodes)
+    values = {k: float(n + 1) for n, k in enumerate(ids[:50])}
+    path = tmp_path / "latency.json"
+    path.write_text(json.dumps({"results": {k: {"value": x} for k, x in values.items()}}))
+    assert w.load_overlay(str(path))
+    assert v.heat_metric == "overlay" and v.heat_scale == "log" and v.overlay_values == values
+    assert w.actions_.heat_metric["overlay"].isChecked() and v.legend.isVisible()
+    assert "latency per box" in v.legend.caption and "50 of 309 kernels have a value" in v.legend.caption
+    hot = v.tree.visible(ids[49], v.expanded)
+    assert v.boxes[hot].heat is not None
+    v.reveal(ids[0], zoom=True)
+    qtbot.waitUntil(lambda: v.task is None and ids[0] in v.boxes, timeout=60_000)
+    tip = v.tooltip_at(v.mapFromScene(v.boxes[ids[0]].sceneBoundingRect().center()))
+    assert tip.endswith("latency: 1")
+
+    out = tmp_path / "step.bytes_moved.json"
+    assert w.save_overlay(str(out)) == [str(out)]                 # no profile yet: bytes only
+    doc = json.loads(out.read_text())
+    assert {k: r["value"] for k, r in doc["results"].items()} == {k: e.bytes for k, e in s.ledger.kernels.items()}
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"results": {"x": {"value": "slow"}}}')
+    assert not w.load_overlay(str(bad))
+    assert str(bad) in w.statusBar().currentMessage() and v.overlay_values == values
+    w.messages[-1].close()
