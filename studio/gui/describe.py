@@ -51,6 +51,17 @@ def container_bytes(graph: Graph, name: str) -> int:
         return 0
 
 
+def edge_label(graph: Graph, containers: list[str]) -> str:
+    """An edge's label: ``f32[8, 128, 768] · 3.1 MB`` for one container, else ``3 tensors · 9.4 MB``."""
+    if not containers:
+        return ""
+    total = human_bytes(sum(container_bytes(graph, n) for n in containers))
+    if len(containers) == 1 and containers[0] in graph.containers:
+        c = graph.containers[containers[0]]
+        return f"{c.dtype}[{', '.join(str(d) for d in c.shape)}] · {total}"
+    return f"{len(containers)} tensors · {total}"
+
+
 def edge_tooltip(graph: Graph, containers: list[str]) -> str:
     """The containers an aggregated edge carries, with shapes and bytes (the first few)."""
     total = sum(container_bytes(graph, n) for n in containers)

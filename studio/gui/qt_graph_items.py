@@ -102,10 +102,11 @@ class QtBoxItem(QGraphicsItem):
         mark = next((m for m in MARK_ORDER if m in self.marks), None)
         if lod < LOD_TEXT:
             painter.fillRect(r, QColor(MARK_COLORS[mark]) if mark else fill)
-            if self.isSelected():
-                painter.setPen(QPen(QColor("#111111"), 3.0 / max(lod, 0.05)))
-                painter.setBrush(Qt.BrushStyle.NoBrush)
-                painter.drawRect(r)
+            if self.isSelected():                     # 3 screen pixels, drawn inside the box: a pen
+                w = min(3.0 / max(lod, 0.05), r.height() / 2, r.width() / 2)   # centred on the edge
+                painter.setPen(QPen(QColor("#111111"), w))                     # painted outside the
+                painter.setBrush(Qt.BrushStyle.NoBrush)                        # bounding rect: debris
+                painter.drawRect(r.adjusted(w / 2, w / 2, -w / 2, -w / 2))
             return
         width = 3.0 if mark or self.isSelected() else 1.0
         color = QColor(MARK_COLORS[mark]) if mark else QColor("#111111") if self.isSelected() else self.border
@@ -163,9 +164,16 @@ class QtFrameItem(QGraphicsItem):
                              Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, "▾ " + self.title)
 
 
+LOD_EDGE_LABEL = 0.8            # from this zoom on, edges carry a label (shape, dtype, bytes)
+LABEL_W, LABEL_H = 240.0, 14.0  # the label's box around the edge's midpoint (scene units)
+
+
 class QtEdgeItem(QGraphicsPathItem):
     """An aggregated edge of ``group``: a cubic spline with an arrowhead; the view's tooltip lists its
-    containers (made when asked: thousands of eager tooltips cost tens of milliseconds)."""
+    containers (made when asked: thousands of eager tooltips cost tens of milliseconds). Zoomed in
+    (``LOD_EDGE_LABEL``) it is labelled with what it carries (the scene's ``edge_label``, made
+    when first painted); the bounding rect always includes the label's box, so nothing is ever
+    painted outside it."""
 
     def __init__(self, src: str, dst: str, group: str, points, weight: int) -> None:
         super().__init__()
@@ -174,14 +182,22 @@ class QtEdgeItem(QGraphicsPathItem):
         path = QPainterPath(pts[0])
         for k in range(1, len(pts) - 2, 3):
             path.cubicTo(pts[k], pts[k + 1], pts[k + 2])
+        self._shape: QPainterPath | None = None
+        self._bounds: QRectF | None = None
         self.setPath(path)
+        mid = path.pointAtPercent(0.5)
+        self.label_box = QRectF(mid.x() - LABEL_W / 2, mid.y() - LABEL_H / 2, LABEL_W, LABEL_H)
+        self.prepareGeometryChange()
+        self._bounds = super().boundingRect().adjusted(-4, -4, 4, 4).united(self.label_box)
         self.first, self.last = pts[0], pts[-1]
         self.before_last = next((p for p in reversed(pts) if p != self.last), pts[0])
-        self._shape: QPainterPath | None = None
         self.hovered = False
         self.width = min(4.0, 1.0 + 0.4 * (weight - 1))
         self.setAcceptHoverEvents(True)
         self.setZValue(0)
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds if self._bounds is not None else super().boundingRect()
 
     def shape(self) -> QPainterPath:
         if self._shape is None:                      # for hover hit tests only: made on first use
@@ -218,3 +234,16 @@ class QtEdgeItem(QGraphicsPathItem):
                           QPointF(a.x() - 7 * ux - 3.5 * uy, a.y() - 7 * uy + 3.5 * ux)])
         painter.setBrush(pen.color())
         painter.drawPolygon(head)
+        if lod >= LOD_EDGE_LABEL and (scene := self.scene()) is not None and hasattr(scene, "edge_label"):
+            text = scene.edge_label(self)
+            if text:
+                st.label_metrics = getattr(st, "label_metrics", None) or QFontMetricsF(st.small)
+                width = min(LABEL_W, st.label_metrics.horizontalAdvance(text) + 8)
+                box = QRectF(self.label_box.center().x() - width / 2, self.label_box.y(), width, LABEL_H)
+                painter.setPen(Qt.PenStyle.NoPen)
+                painter.setBrush(QColor(255, 255, 255, 215))
+                painter.drawRoundedRect(box, 3, 3)
+                painter.setPen(st.text)
+                painter.setFont(st.small)
+                painter.drawText(box, Qt.AlignmentFlag.AlignCenter,
+                                 st.label_metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, LABEL_W - 8))

@@ -92,6 +92,7 @@ class QtGraphView(QGraphicsView):
         self.levels: dict[str, Level] = {}         # summary plates per group (overview)
         self._plate_text: dict[str, tuple[str, str]] = {}
         self._hovered = ""
+        self._legend_right = False
         self.origins_of = None     # a weakref.WeakMethod: kernel id -> the original kernels it was made from
         self.legend = QtLegend(self.viewport())
         self.scene().selectionChanged.connect(self._on_selection)
@@ -417,7 +418,10 @@ class QtGraphView(QGraphicsView):
             self._apply_heat()
 
     def _place_legend(self) -> None:
-        self.legend.move(10, self.viewport().height() - self.legend.height() - 10)
+        """Bottom left, or bottom right after the pointer came near it (it never covers what the
+        user points at)."""
+        x = self.viewport().width() - self.legend.width() - 10 if self._legend_right else 10
+        self.legend.move(max(0, x), self.viewport().height() - self.legend.height() - 10)
 
     def select(self, ids: Iterable[str]) -> None:
         """Select the boxes showing kernels ``ids``."""
@@ -502,6 +506,9 @@ class QtGraphView(QGraphicsView):
 
     def mouseMoveEvent(self, event) -> None:
         super().mouseMoveEvent(event)
+        if self.legend.isVisible() and self.legend.geometry().adjusted(-8, -8, 8, 8).contains(event.position().toPoint()):
+            self._legend_right = not self._legend_right      # the legend steps aside from the pointer
+            self._place_legend()
         key = next((i.key for i in self.items(event.position().toPoint())
                     if isinstance(i, QtBoxItem) and not i.is_group), "")
         if key != self._hovered:

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QGraphicsScene
 from ir.graph import Graph
 from ir.movement import Ledger
 from studio.gui import layout as lay
-from studio.gui.describe import box_text
+from studio.gui.describe import box_text, edge_label
 from studio.gui.placement import Placement
 from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem
 from studio.gui.scope_tree import ScopeTree
@@ -27,11 +27,24 @@ class QtGraphScene(QGraphicsScene):
         self.boxes: dict[str, QtBoxItem] = {}
         self.frames: dict[str, QtFrameItem] = {}
         self.edge_items: dict[tuple[str, str, str], QtEdgeItem] = {}
+        self.graph: Graph | None = None
+        self.tree: ScopeTree | None = None
+        self._edge_labels: dict[tuple[str, str, str], str] = {}
+
+    def edge_label(self, item: QtEdgeItem) -> str:
+        """What an edge carries, one line (``describe.edge_label``), made when first painted."""
+        key = (item.group, item.src, item.dst)
+        text = self._edge_labels.get(key)
+        if text is None and self.graph is not None and self.tree is not None:
+            containers = self.tree.edges.get(item.group, {}).get((item.src, item.dst), [])
+            text = self._edge_labels[key] = edge_label(self.graph, containers)
+        return text or ""
 
     def sync(self, placement: Placement, tree: ScopeTree, graph: Graph, ledger: Ledger,
              stale: set[str] | None = None) -> None:
         """Make the items match ``placement`` (see the module docstring). Only boxes in ``stale`` (all
         when None) and new or resized ones get their text again."""
+        self.graph, self.tree, self._edge_labels = graph, tree, {}
         self._sync_frames(placement, tree)
         self._sync_edges(placement, tree)
         self._sync_boxes(placement, tree, graph, ledger, stale)

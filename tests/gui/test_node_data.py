@@ -38,3 +38,20 @@ def test_load_and_export_node_data(qtbot, make_window, bert_model, tmp_path):
     assert not w.load_overlay(str(bad))
     assert str(bad) in w.statusBar().currentMessage() and v.overlay_values == values
     w.messages[-1].close()
+
+
+def test_the_legend_steps_aside_from_the_pointer(qtbot, make_window, bert_model):
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+    w = make_window()
+    _open(qtbot, w, bert_model)
+    w.set_heatmap("log")
+    v = w.view
+    assert v.legend.isVisible() and v.legend.x() == 10
+    at = QPointF(v.legend.geometry().center())
+    QApplication.sendEvent(v.viewport(), QMouseEvent(QEvent.Type.MouseMove, at, v.viewport().mapToGlobal(at),
+                                                     Qt.MouseButton.NoButton, Qt.MouseButton.NoButton,
+                                                     Qt.KeyboardModifier.NoModifier))
+    assert not v.legend.geometry().contains(at.toPoint()), "the legend no longer covers the pointer"
+    assert v.legend.x() == v.viewport().width() - v.legend.width() - 10

@@ -115,3 +115,27 @@ def test_single_key_shortcuts_leave_typed_letters_alone(qtbot, make_window, bert
     listed = [a.text().replace("&", "") for a in palette.actions_]
     palette.close()
     assert "Fit graph" in listed and "Zoom to selection" in listed
+
+
+def test_edges_are_labelled_when_zoomed_in(qtbot, make_window, bert_model):
+    from studio.gui.describe import edge_label
+    from studio.gui.qt_graph_items import LOD_EDGE_LABEL
+    w = make_window()
+    _open(qtbot, w, bert_model)
+    v = w.view
+    scene = v.scene()
+    item = next(e for e in scene.edge_items.values() if len(v.tree.edges[e.group][(e.src, e.dst)]) == 1)
+    containers = v.tree.edges[item.group][(item.src, item.dst)]
+    c = w.session.graph.containers[containers[0]]
+    text = scene.edge_label(item)
+    assert text == edge_label(w.session.graph, containers) and str(c.shape[0]) in text and text.endswith("B")
+    assert item.boundingRect().contains(item.label_box), "the label is painted inside the item's bounds"
+    v.resetTransform()
+    v.scale(LOD_EDGE_LABEL * 1.2, LOD_EDGE_LABEL * 1.2)
+    v.centerOn(item.label_box.center())
+    image = v.viewport().grab().toImage()
+    box = v.mapFromScene(item.label_box).boundingRect()
+    dark = sum(1 for x in range(box.left(), box.right(), 2) for y in range(box.top(), box.bottom(), 2)
+               if 0 <= x < image.width() and 0 <= y < image.height()
+               and QColor(image.pixel(x, y)).lightnessF() < 0.3)
+    assert dark > 5, "the label's text is drawn"
