@@ -139,3 +139,30 @@ def test_edges_are_labelled_when_zoomed_in(qtbot, make_window, bert_model):
                if 0 <= x < image.width() and 0 <= y < image.height()
                and QColor(image.pixel(x, y)).lightnessF() < 0.3)
     assert dark > 5, "the label's text is drawn"
+
+
+def test_find_lists_its_hits_and_searches_container_names(qtbot, make_window, bert_model):
+    from studio.gui.qt_find import find_hits
+    w = make_window()
+    _open(qtbot, w, bert_model)
+    g = w.session.graph
+    texts = [(n.id.lower(), n.name.lower()) for n in g.nodes.values()]
+    name = next(c for c in sorted(g.containers) if len(c) > 12 and not any(c.lower() in a or c.lower() in b
+                                                                            for a, b in texts))
+    hits = find_hits(g, name)
+    writer = g.producer(name)
+    assert hits and all(why in (f"writes {name}", f"reads {name}") for _i, why in hits)
+    if writer is not None:
+        assert (writer.id, f"writes {name}") in hits
+    assert {i for i, _w in hits} == {writer.id for writer in [writer] if writer} | {r.id for r in g.consumers(name)}
+
+    bar = w.find_bar
+    bar.field.setText(name)
+    assert bar.hits == [i for i, _w in hits] and bar.count.text() == f"1 of {len(hits)}"
+    bar.list_button.click()
+    assert bar.results.isVisible() and bar.results.count() == len(hits)
+    assert name in bar.results.item(0).text()
+    last = bar.results.item(len(hits) - 1)
+    bar._chosen(last)
+    assert not bar.results.isVisible() and bar.index == len(hits) - 1
+    assert w.view.marks["current"] == {hits[-1][0]}
