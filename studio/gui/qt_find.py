@@ -16,24 +16,25 @@ from ir.nodes import OpNode
 
 
 def find_hits(graph: Graph, text: str) -> list[tuple[str, str]]:
-    """(kernel id, why) for ``text`` (case-insensitive substring), in graph order: a kernel whose
-    id, name or op type contains it (why ''), else one that writes or reads a container whose
-    name contains it (why: "writes NAME" / "reads NAME")."""
+    """(kernel id, why) for ``text`` (case-insensitive substring), in graph order: the kernels whose
+    id, name or op type contains it (why ''); when none does, the kernels that write or read a
+    container whose name contains it (why: "writes NAME" / "reads NAME")."""
     needle = text.strip().lower()
     if not needle:
         return []
-    named = {c for c in graph.containers if needle in c.lower()}
     out = []
     for ident, node in graph.nodes.items():
         kind = node.qualified_type if isinstance(node, OpNode) else "map"
         if needle in ident.lower() or needle in node.name.lower() or needle in kind.lower():
             out.append((ident, ""))
-            continue
-        if named:
-            wrote = next((m.container for m in node.outputs if m is not None and m.container in named), None)
-            read = wrote or next((m.container for m in node.inputs if m is not None and m.container in named), None)
-            if read is not None:
-                out.append((ident, f"{'writes' if wrote else 'reads'} {read}"))
+    if out:
+        return out
+    named = {c for c in graph.containers if needle in c.lower()}
+    for ident, node in graph.nodes.items() if named else ():
+        wrote = next((m.container for m in node.outputs if m is not None and m.container in named), None)
+        read = wrote or next((m.container for m in node.inputs if m is not None and m.container in named), None)
+        if read is not None:
+            out.append((ident, f"{'writes' if wrote else 'reads'} {read}"))
     return out
 
 
@@ -64,7 +65,7 @@ class QtFindBar(QWidget):
         self.list_button = QToolButton(text="≡")
         self.list_button.setToolTip("List every match (kernels, and kernels reading or writing a matching container)")
         self.list_button.clicked.connect(self.show_results)
-        self.results = QListWidget()                 # a popup list of the hits
+        self.results = QListWidget(self)             # a popup list of the hits (owned: closed with the bar)
         self.results.setWindowFlags(self.results.windowFlags() | Qt.WindowType.Popup)
         self.results.itemActivated.connect(self._chosen)
         self.results.itemClicked.connect(self._chosen)
