@@ -4,19 +4,25 @@ Starts ``Xvfb`` on the first free display from ``:99`` (no xvfb-run), runs the w
 the xcb platform with the bundled example, and captures the whole X screen with
 ImageMagick's ``import -window root`` at four moments:
 
+- ``overview_fit.png``: the whole graph at Fit, its groups named by summary plates (kernels,
+  bytes moved, share);
 - ``main_heatmap.png``: the main window with the bytes heatmap (log scale) and legend;
 - ``transformations_preview.png``: kernels selected, their matches ranked, the best
   one previewed (removed and changed kernels marked in the view, the diff in the pane);
-- ``zoomed.png``: a close-up of the attention scope, labels and edges at full detail;
+- ``zoomed.png``: a close-up of the attention scope, labels and edges at full detail, each edge
+  labelled with the dtype, shape and bytes it carries;
+- ``profile_selection.png``: "Profile selection" on the attention scores' kernels: only they
+  are timed (a cutout on recorded inputs), with their roofline;
 - ``timings_roofline.png``: the Timings dock after a real profile of all 309 kernels of
   the bundled example (10 reps, about half a minute), the table sorted by median with
   the slowest kernel selected (highlighted on the roofline and in the view), and the
   measured-time heatmap with its "N of M kernels measured" legend;
 - ``compare.png``: the Compare window after the bundled history (reshape elimination,
-  expansion, fusions): the original graph beside the optimized one, removed, added and
-  changed kernels marked, with the legend and the summary line.
+  expansion, fusions): the original graph beside the optimized one, merged (purple), added
+  and changed kernels marked, a fused kernel hovered on the right with the originals it was
+  made from highlighted on the left, and the before/after table per scope.
 
-Exit code 0 when all five files were written.
+Exit code 0 when all seven files were written.
 """
 from __future__ import annotations
 
@@ -28,7 +34,8 @@ import time
 from pathlib import Path
 
 SIZE = (1600, 1000)
-SHOTS = ("main_heatmap.png", "transformations_preview.png", "zoomed.png", "timings_roofline.png", "compare.png")
+SHOTS = ("overview_fit.png", "main_heatmap.png", "transformations_preview.png", "zoomed.png",
+         "profile_selection.png", "timings_roofline.png", "compare.png")
 
 
 def _free_display() -> str:
@@ -84,6 +91,9 @@ def _shoot(out: Path) -> None:
     w.show()
     w.open_model()
     _wait(app, lambda: w.session is not None and w.view.placement is not None and w.view.placement.exact)
+    w.view.fit()
+    _settle(app)
+    _capture(out / "overview_fit.png")
     w.set_heatmap("log")
     w.view.fit(readable=True)
     _settle(app)
@@ -109,9 +119,29 @@ def _shoot(out: Path) -> None:
     _wait(app, lambda: w.view.placement.exact)
     _settle(app)
     _capture(out / "zoomed.png")
+    _shoot_selection(app, w, out)
     _shoot_timings(app, w, out)
     _shoot_compare(app, w, out)
     w.close()
+
+
+def _shoot_selection(app, w, out: Path) -> None:
+    """Profile only the attention-score kernels (a cutout), then show them in the Timings dock."""
+    from PySide6.QtCore import Qt
+    w.transformations.show_preview(None)
+    w.view.clear_marks()
+    ids = [i for i in w.session.graph.nodes if i.startswith("/layer/attention/self/") and
+           any(k in i for k in ("MatMul", "Softmax", "Div", "Add"))][:8]
+    w.view.select(ids)
+    w.timings.raise_()
+    w.resizeDocks([w.timings], [420], Qt.Orientation.Vertical)
+    w.actions_.profile_selection.trigger()
+    _wait(app, lambda: not w.profiling.busy, timeout_s=900)
+    if w.profiling.report is None:
+        raise SystemExit(f"profiling the selection failed: {w.timings.status.text()}")
+    w.view.zoom_to(ids)
+    _settle(app, 1.5)
+    _capture(out / "profile_selection.png")
 
 
 def _shoot_timings(app, w, out: Path) -> None:
@@ -145,6 +175,11 @@ def _shoot_compare(app, w, out: Path) -> None:
     _wait(app, lambda: cmp.left.placement is not None and cmp.right.placement is not None
           and cmp.left.placement.exact and cmp.right.placement.exact)
     cmp.left.fit(readable=True)
+    s = w.session
+    fused = max((i for i in s.graph.nodes if i in cmp.right.boxes), key=lambda i: len(s.origins(i)))
+    cmp.right.reveal(fused)
+    _settle(app, 0.5)
+    cmp.right.hoveredKernel.emit(fused)           # what the pointer over it shows: its originals, left
     _settle(app, 1.5)
     _capture(out / "compare.png")
 
