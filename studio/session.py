@@ -115,8 +115,16 @@ class Session:
         self._observers: list[Observer] = []
         self.autosave_enabled = autosave and model_path is not None
         self._hashes = HashCache(keep_nodes=False)    # value and container digests, shared by the states
-        self.original_hash = graph_hash(graph, self._hashes)
+        self._original_hash: str | None = None
         self._oracle = None           # the original model's oracle, built on the first validate()
+
+    @property
+    def original_hash(self) -> str:
+        """The opened graph's hash, computed when first asked (it digests every weight: 0.5 s of
+        opening a 12-layer model went to it, before the window could draw anything)."""
+        if self._original_hash is None:
+            self._original_hash = graph_hash(self._states[0].graph, self._hashes)
+        return self._original_hash
 
     # --- opening ----------------------------------------------------------------------
     @classmethod
