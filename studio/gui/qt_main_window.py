@@ -586,7 +586,8 @@ class QtMainWindow(QMainWindow):
         self.settings.setValue("windowState", self.saveState())
         self.settings.sync()
         self._close_compare()
-        mine = list(self.tasks) + ([self.view.task] if self.view.task else [])
+        self.ranker.timer.stop()                   # the ranking is untracked work: it stops with the window too
+        mine = list(self.tasks) + [t for t in (self.view.task, self.ranker.task) if t is not None and t not in self.tasks]
         for task in mine:
             task.cancel()
         for task in mine:                          # only this window's tasks (other windows keep theirs)
