@@ -68,3 +68,14 @@ def test_long_groups_are_cut_and_a_zoomed_out_viewport_waits(qtbot, make_window,
     assert viewport.text(0) == "Viewport" and viewport.childCount() == 0
     assert viewport.text(1).startswith("zoom in to rank the ") and "kernels in view" in viewport.text(1)
     assert all(r is not None for r in dock.rows()) and len(dock.rows()) <= 80
+
+
+def test_closing_the_window_stops_its_ranking(qtbot, make_window, bert_model):
+    w = make_window(rank_delay_ms=60_000)
+    _open(qtbot, w, bert_model)
+    w.actions_.fit.trigger()
+    w.ranker.schedule(0)
+    qtbot.waitUntil(lambda: w.ranker.task is not None, timeout=LOAD_MS)
+    task = w.ranker.task
+    w.close()
+    assert task.token.cancelled and not w.ranker.timer.isActive()
