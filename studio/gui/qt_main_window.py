@@ -432,56 +432,6 @@ class QtMainWindow(QMainWindow):
         except (StudioError, OSError) as e:
             self.say(f"Could not save the history to {path}", error=True, detail=str(e))
 
-    # --- node data (studio.overlay) -----------------------------------------------------
-    def choose_overlay(self) -> None:
-        if self.session is None:
-            return
-        path, _ = QFileDialog.getOpenFileName(self, "Load node data", "", "Node data (*.json)")
-        if path:
-            self.load_overlay(path)
-
-    def load_overlay(self, path: str) -> bool:
-        """Colour the graph with the values of node-data file ``path`` (heat metric "node data")."""
-        from studio.overlay import load_overlay
-        try:
-            data = load_overlay(path, self.session.graph)
-        except StudioError as e:
-            self.say(f"Could not load node data from {path}", error=True, detail=str(e))
-            return False
-        self.view.set_overlay(data.values, data.name)
-        self.actions_.heat_metric["overlay"].setEnabled(True)
-        self.set_heat_metric("overlay")
-        self.statusBar().showMessage(f"node data {data.describe()}", 10000)
-        return True
-
-    def choose_save_overlay(self) -> None:
-        if self.session is None:
-            return
-        path, _ = QFileDialog.getSaveFileName(self, "Export node data", f"{Path(self.session.model_name).stem}"
-                                              ".bytes_moved.json", "Node data (*.json)")
-        if path:
-            self.save_overlay(path)
-
-    def save_overlay(self, path: str) -> list[str]:
-        """Write bytes moved per kernel to ``path``, and the last profile's medians (µs) beside it
-        (``….measured_us.json``) when there is a current one; returns the files written."""
-        from studio.overlay import save_overlay
-        s, written = self.session, []
-        try:
-            written.append(str(save_overlay(path, s.graph, {k: e.bytes for k, e in s.ledger.kernels.items()},
-                                            "bytes moved")))
-            r = self.profiling.report
-            if r is not None and not r.is_stale(s.graph):
-                base = Path(path)
-                stem = base.name[:-len(".bytes_moved.json")] if base.name.endswith(".bytes_moved.json") else base.stem
-                written.append(str(save_overlay(base.with_name(f"{stem}.measured_us.json"), s.graph,
-                                                r.times_us(), "measured time (µs)")))
-        except OSError as e:
-            self.say(f"Could not write node data to {path}", error=True, detail=str(e))
-            return written
-        self.statusBar().showMessage("wrote " + ", ".join(written), 10000)
-        return written
-
     # --- view commands ------------------------------------------------------------------
     def set_heatmap(self, scale: str | None) -> None:
         self.actions_.heat[scale].setChecked(True)

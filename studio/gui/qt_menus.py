@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 
+from studio.gui import qt_node_data
 from studio.gui.qt_transfer import repeat_on_equal_layers
 from studio.gui.heatmap import SCALES
 
@@ -73,9 +74,9 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
                              "Replay a history file onto this model")
     a.save_history = _action(w, "&Save history…", w.choose_save_history, QKeySequence.StandardKey.Save,
                              "Save the applied steps as a history file")
-    a.load_overlay = _action(w, "Load node &data…", w.choose_overlay, tip="Colour the graph with per-kernel values "
+    a.load_overlay = _action(w, "Load node &data…", lambda: qt_node_data.choose_overlay(w), tip="Colour the graph with per-kernel values "
                              "from a JSON file (Model Explorer's node-data format)")
-    a.save_overlay = _action(w, "Export node data…", w.choose_save_overlay, tip="Write bytes moved (and the last "
+    a.save_overlay = _action(w, "Export node data…", lambda: qt_node_data.choose_save_overlay(w), tip="Write bytes moved (and the last "
                              "profile's times) per kernel as node-data JSON, for Model Explorer")
     a.export = _action(w, "&Export module…", w.show_export_dialog, "Ctrl+E",
                        "Write the current graph as a standalone Python package and check it")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from studio.gui import qt_node_data
 from tests.gui.test_session_flow import _open
 
 
@@ -17,7 +18,7 @@ def test_load_and_export_node_data(qtbot, make_window, bert_model, tmp_path):
     values = {k: float(n + 1) for n, k in enumerate(ids[:50])}
     path = tmp_path / "latency.json"
     path.write_text(json.dumps({"results": {k: {"value": x} for k, x in values.items()}}))
-    assert w.load_overlay(str(path))
+    assert qt_node_data.load_overlay(w, str(path))
     assert v.heat_metric == "overlay" and v.heat_scale == "log" and v.overlay_values == values
     assert w.actions_.heat_metric["overlay"].isChecked() and v.legend.isVisible()
     assert "latency per box" in v.legend.caption and "50 of 309 kernels have a value" in v.legend.caption
@@ -29,13 +30,13 @@ def test_load_and_export_node_data(qtbot, make_window, bert_model, tmp_path):
     assert tip.endswith("latency: 1")
 
     out = tmp_path / "step.bytes_moved.json"
-    assert w.save_overlay(str(out)) == [str(out)]                 # no profile yet: bytes only
+    assert qt_node_data.save_overlay(w, str(out)) == [str(out)]                 # no profile yet: bytes only
     doc = json.loads(out.read_text())
     assert {k: r["value"] for k, r in doc["results"].items()} == {k: e.bytes for k, e in s.ledger.kernels.items()}
 
     bad = tmp_path / "bad.json"
     bad.write_text('{"results": {"x": {"value": "slow"}}}')
-    assert not w.load_overlay(str(bad))
+    assert not qt_node_data.load_overlay(w, str(bad))
     assert str(bad) in w.statusBar().currentMessage() and v.overlay_values == values
     w.messages[-1].close()
 
