@@ -14,6 +14,7 @@ from ir.nodes import MapNode, OpNode
 from ir.printer import node_to_text
 from studio.cli import human_bytes, human_count
 from studio.gui.scope_tree import ScopeTree
+from studio.gui.timings import human_seconds
 
 MAX_EDGE_LINES = 8
 
@@ -120,7 +121,6 @@ def kernel_tooltip(graph: Graph, ledger: Ledger, ident: str, time_us: float | No
     lines.append(f"moved {human_bytes(e.bytes)} (read {human_bytes(e.bytes_read)}, written "
                  f"{human_bytes(e.bytes_written)}) · {human_count(e.flops)} FLOPs · {e.intensity:.2f} FLOP/B")
     if time_us is not None:
-        from studio.gui.timings import human_seconds
         lines.append(f"measured {human_seconds(time_us * 1e-6)} (median of the last profile)")
     if text := made_from(origins, ident):
         lines.append(text)

@@ -27,13 +27,13 @@ MARK_COLORS = {"removed": "#d62728", "merged": "#8e44ad", "changed": "#ff9f1c", 
 MARK_ORDER = ("hover", "removed", "merged", "changed", "added", "current", "search")
 
 
-class _Style:
-    """Fonts and pens, made once a QGuiApplication exists."""
+class Style:
+    """Fonts and pens of the graph view's items and plates, made once a QGuiApplication exists."""
 
     made = False
 
     @classmethod
-    def get(cls) -> type["_Style"]:
+    def get(cls) -> type["Style"]:
         if not cls.made:
             cls.title = QFont("DejaVu Sans", 8, QFont.Weight.Bold)
             cls.small = QFont("DejaVu Sans", 7)
@@ -43,6 +43,11 @@ class _Style:
             cls.edge_hover = QPen(QColor("#1f4fff"), 3.0)
             cls.text = QPen(QColor("#1b1b1b"))
             cls.light_text = QPen(QColor("#ffffff"))
+            cls.plate_title = QFont("DejaVu Sans", 9, QFont.Weight.Bold)       # the view's overview plates
+            cls.plate_line = QFont("DejaVu Sans", 8)
+            cls.plate_title_metrics = QFontMetricsF(cls.plate_title)
+            cls.plate_line_metrics = QFontMetricsF(cls.plate_line)
+            cls.plate_fill, cls.plate_border = QColor(255, 255, 255, 232), QPen(QColor("#7d8793"))
             cls.made = True
         return cls
 
@@ -54,7 +59,7 @@ def _elided(bold: bool, text: str, width: float) -> str:
     """Elided label text, cached (eliding costs ~60 µs a call; labels repeat across redraws)."""
     key = (bold, text, width)
     if key not in _ELIDED:
-        st = _Style.get()
+        st = Style.get()
         if len(_ELIDED) > 50_000:
             _ELIDED.clear()
         _ELIDED[key] = (st.title_metrics if bold else st.small_metrics).elidedText(
@@ -95,7 +100,7 @@ class QtBoxItem(QGraphicsItem):
             self.update()
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        st = _Style.get()
+        st = Style.get()
         lod = option.levelOfDetailFromTransform(painter.worldTransform())
         r = QRectF(0, 0, self.rect.width(), self.rect.height())
         fill = self.heat if self.heat is not None else self.fill
@@ -150,7 +155,7 @@ class QtFrameItem(QGraphicsItem):
         return self.mapFromScene(scene_pos).y() <= self.title_h
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        st = _Style.get()
+        st = Style.get()
         lod = option.levelOfDetailFromTransform(painter.worldTransform())
         r = QRectF(0, 0, self.rect.width(), self.rect.height())
         mark = next((m for m in MARK_ORDER if m in self.marks), None)
@@ -215,7 +220,7 @@ class QtEdgeItem(QGraphicsPathItem):
         self.update()
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        st = _Style.get()
+        st = Style.get()
         lod = option.levelOfDetailFromTransform(painter.worldTransform())
         pen = QPen(st.edge_hover if self.hovered else st.edge)
         if not self.hovered:
@@ -237,8 +242,7 @@ class QtEdgeItem(QGraphicsPathItem):
         if lod >= LOD_EDGE_LABEL and (scene := self.scene()) is not None and hasattr(scene, "edge_label"):
             text = scene.edge_label(self)
             if text:
-                st.label_metrics = getattr(st, "label_metrics", None) or QFontMetricsF(st.small)
-                width = min(LABEL_W, st.label_metrics.horizontalAdvance(text) + 8)
+                width = min(LABEL_W, st.small_metrics.horizontalAdvance(text) + 8)
                 box = QRectF(self.label_box.center().x() - width / 2, self.label_box.y(), width, LABEL_H)
                 painter.setPen(Qt.PenStyle.NoPen)
                 painter.setBrush(QColor(255, 255, 255, 215))
@@ -246,4 +250,4 @@ class QtEdgeItem(QGraphicsPathItem):
                 painter.setPen(st.text)
                 painter.setFont(st.small)
                 painter.drawText(box, Qt.AlignmentFlag.AlignCenter,
-                                 st.label_metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, LABEL_W - 8))
+                                 st.small_metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, LABEL_W - 8))

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import Iterable
 
 from PySide6.QtCore import QEvent, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
+from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QGraphicsView, QToolTip, QWidget
 
 from ir.graph import Graph
@@ -31,7 +31,7 @@ from studio.gui.describe import edge_tooltip, kernel_tooltip
 from studio.gui.heatmap import box_values, color, grey, normalize
 from studio.gui.overview import LOD_TEXT, Level, place_plates, plate_levels, plate_text, readable_zoom
 from studio.gui.placement import Placement, place
-from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem
+from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem, Style
 from studio.gui.qt_overlays import QtLegend
 from studio.gui.qt_scene import QtGraphScene
 from studio.gui.qt_workers import QtTask
@@ -265,8 +265,10 @@ class QtGraphView(QGraphicsView):
         if self.tree is None or self.ledger is None:
             return []
         zoom = self.transform().m11() if zoom is None else zoom
+        if zoom >= LOD_TEXT:                        # every paint asks: no plate shows this close in
+            return []
         seen = self.viewport().rect()
-        f = _PlateStyle.get()
+        f = Style.get()
         groups, widths = [], {}
         for lv in self.levels.values():
             if not lv.shows(zoom):
@@ -277,8 +279,8 @@ class QtGraphView(QGraphicsView):
             text = self._plate_text.get(lv.key)
             if text is None:
                 text = self._plate_text[lv.key] = plate_text(self.tree, self.ledger, lv.key, self.heat_times)
-            widths[lv.key] = max(f.title_metrics.horizontalAdvance(text[0]),
-                                 f.line_metrics.horizontalAdvance(text[1])) + 14
+            widths[lv.key] = max(f.plate_title_metrics.horizontalAdvance(text[0]),
+                                 f.plate_line_metrics.horizontalAdvance(text[1])) + 14
             groups.append((lv.key, lv.depth, (area.x(), area.y(), area.width(), area.height())))
         placed = place_plates(groups, widths)
         return [(k, QRectF(*r), *self._plate_text[k]) for k, r in placed.items()]
@@ -288,21 +290,21 @@ class QtGraphView(QGraphicsView):
         plates = self.plates()
         if not plates:
             return
-        f = _PlateStyle.get()
+        f = Style.get()
         painter.save()
         painter.resetTransform()                    # viewport pixels: the plates keep their size
         for _key, plate, name, line in plates:
-            painter.setPen(f.border)
-            painter.setBrush(f.fill)
+            painter.setPen(f.plate_border)
+            painter.setBrush(f.plate_fill)
             painter.drawRoundedRect(plate, 4, 4)
             inner = plate.adjusted(7, 2, -7, -2)
             painter.setPen(f.text)
-            painter.setFont(f.title)
+            painter.setFont(f.plate_title)
             painter.drawText(QRectF(inner.x(), inner.y(), inner.width(), 16), Qt.AlignmentFlag.AlignVCenter,
-                             f.title_metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, inner.width()))
-            painter.setFont(f.line)
+                             f.plate_title_metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, inner.width()))
+            painter.setFont(f.plate_line)
             painter.drawText(QRectF(inner.x(), inner.y() + 15, inner.width(), 15), Qt.AlignmentFlag.AlignVCenter,
-                             f.line_metrics.elidedText(line, Qt.TextElideMode.ElideRight, inner.width()))
+                             f.plate_line_metrics.elidedText(line, Qt.TextElideMode.ElideRight, inner.width()))
         painter.restore()
 
     # --- groups -------------------------------------------------------------------------
@@ -536,22 +538,6 @@ class QtGraphView(QGraphicsView):
     def scrollContentsBy(self, dx: int, dy: int) -> None:
         super().scrollContentsBy(dx, dy)           # scrolling moves the viewport's child widgets too:
         self._place_legend()                       # keep the legend in its corner
-
-
-class _PlateStyle:
-    """Fonts and pens of the overview plates, made once a QGuiApplication exists."""
-
-    made = False
-
-    @classmethod
-    def get(cls) -> type["_PlateStyle"]:
-        if not cls.made:
-            cls.title = QFont("DejaVu Sans", 9, QFont.Weight.Bold)
-            cls.line = QFont("DejaVu Sans", 8)
-            cls.title_metrics, cls.line_metrics = QFontMetricsF(cls.title), QFontMetricsF(cls.line)
-            cls.fill, cls.border, cls.text = QColor(255, 255, 255, 232), QPen(QColor("#7d8793")), QPen(QColor("#1b1b1b"))
-            cls.made = True
-        return cls
 
 
 def _human_us(us: float) -> str:

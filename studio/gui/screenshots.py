@@ -125,20 +125,26 @@ def _shoot(out: Path) -> None:
     w.close()
 
 
-def _shoot_selection(app, w, out: Path) -> None:
-    """Profile only the attention-score kernels (a cutout), then show them in the Timings dock."""
+def _profile_in_dock(app, w, action, what: str) -> None:
+    """Clear the preview marks, raise the Timings dock and run its ``action`` (profile all or the
+    selection) to the end; exits when it produced no report."""
     from PySide6.QtCore import Qt
     w.transformations.show_preview(None)
     w.view.clear_marks()
+    w.timings.raise_()
+    w.resizeDocks([w.timings], [420], Qt.Orientation.Vertical)
+    action.trigger()
+    _wait(app, lambda: not w.profiling.busy, timeout_s=900)
+    if w.profiling.report is None:
+        raise SystemExit(f"profiling {what} failed: {w.timings.status.text()}")
+
+
+def _shoot_selection(app, w, out: Path) -> None:
+    """Profile only the attention-score kernels (a cutout), then show them in the Timings dock."""
     ids = [i for i in w.session.graph.nodes if i.startswith("/layer/attention/self/") and
            any(k in i for k in ("MatMul", "Softmax", "Div", "Add"))][:8]
     w.view.select(ids)
-    w.timings.raise_()
-    w.resizeDocks([w.timings], [420], Qt.Orientation.Vertical)
-    w.actions_.profile_selection.trigger()
-    _wait(app, lambda: not w.profiling.busy, timeout_s=900)
-    if w.profiling.report is None:
-        raise SystemExit(f"profiling the selection failed: {w.timings.status.text()}")
+    _profile_in_dock(app, w, w.actions_.profile_selection, "the selection")
     w.view.zoom_to(ids)
     _settle(app, 1.5)
     _capture(out / "profile_selection.png")
@@ -146,15 +152,7 @@ def _shoot_selection(app, w, out: Path) -> None:
 
 def _shoot_timings(app, w, out: Path) -> None:
     """Profile all kernels of the open model, then show the Timings dock and the time heatmap."""
-    from PySide6.QtCore import Qt
-    w.transformations.show_preview(None)
-    w.view.clear_marks()
-    w.timings.raise_()
-    w.resizeDocks([w.timings], [420], Qt.Orientation.Vertical)
-    w.actions_.profile_all.trigger()
-    _wait(app, lambda: not w.profiling.busy, timeout_s=900)
-    if w.profiling.report is None:
-        raise SystemExit(f"profiling failed: {w.timings.status.text()}")
+    _profile_in_dock(app, w, w.actions_.profile_all, "all kernels")
     w.set_heat_metric("time")
     w.timings.table.selectRow(0)                 # the slowest kernel (sorted by median), highlighted
     w.view.fit(readable=True)
