@@ -399,20 +399,21 @@ class Session:
     def profile(self, kernels: Iterable[str] | None = None, *, reps: int = 10, warmup: int = 2,
                 timeout: float = 60.0, threads: int | None = None, feeds: Mapping[str, Any] | None = None,
                 on_progress: Callable[[int, int], None] | None = None, cancel: Callable[[], bool] | None = None,
-                graph: Graph | None = None):
+                graph: Graph | None = None, on_record: Callable[[int, int], None] | None = None):
         """Measured kernel times of the current graph's step (or of ``graph``, e.g. the one a
         worker captured when it started) on the CPU backend, out of process
-        (``codegen.timing.profiler.profile_graph``); ``kernels`` limits what is reported.
-        ``cancel()`` returning true stops it (``ProfileCancelled``)."""
+        (``codegen.timing.profiler.profile_graph``); ``kernels`` times only those, as a cutout.
+        ``cancel()`` returning true stops it (``ProfileCancelled``); ``on_record`` reports the
+        cutout's recording run."""
         from codegen.numpy_ref.feeds import feeds_for
         from codegen.timing.calibrate import peaks
         from codegen.timing.profiler import profile_graph
         graph = self.graph if graph is None else graph
-        feeds = dict(feeds) if feeds is not None else feeds_for(graph)
         wanted = list(kernels) if kernels is not None else None
+        feeds = dict(feeds) if feeds is not None else None if wanted is not None else feeds_for(graph)
         return profile_graph(graph, feeds, kernels=wanted, reps=reps, warmup=warmup, timeout=timeout,
                              threads=threads, peaks=peaks(threads or _default_threads()),
-                             on_progress=on_progress, cancel=cancel)
+                             on_progress=on_progress, cancel=cancel, on_record=on_record)
 
     def ab(self, before: int | Graph, after: int | Graph | None = None, *, reps: int = 10, warmup: int = 2,
            threads: int | None = None, cancel: Callable[[], bool] | None = None):

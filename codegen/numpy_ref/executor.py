@@ -27,13 +27,21 @@ Perturb = Callable[[object, dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 def run(graph: Graph, feeds: Mapping[str, np.ndarray], *, outputs: Iterable[str] | None = None,
-        check_shapes: bool = True, perturb: Perturb | None = None) -> dict[str, np.ndarray]:
+        check_shapes: bool = True, perturb: Perturb | None = None,
+        needed_only: bool = False, on_kernel: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Execute ``graph`` on ``feeds``; return the requested outputs (default: graph outputs).
+    ``needed_only`` runs only the kernels those outputs depend on (a cutout's recording run);
+    ``on_kernel(done, total)`` is called after each kernel (progress; it may raise to stop).
     ``perturb(node, inputs)`` may return replacement values for some of a kernel's inputs, seen by
     that kernel only (``codegen.oracle_sim`` simulates an fp32 implementation's rounding with it)."""
     wanted = list(outputs) if outputs is not None else list(graph.outputs)
-    env = _initial_env(graph, feeds)
     order = graph.topo_order()
+    required = None
+    if needed_only:                                # unfed inputs nobody needs are no error
+        keep = needed_kernels(graph, wanted)
+        order = [n for n in order if n.id in keep]
+        required = {m.container for n in order for m in n.inputs if m is not None} | set(wanted)
+    env = _initial_env(graph, feeds, required)
     last_use = _last_uses(order, set(wanted))
     for step, node in enumerate(order):
         view = env
@@ -47,16 +55,19 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], *, outputs: Iterable[str]
         env.update(results)
         for name in last_use.get(step, ()):
             env.pop(name, None)
+        if on_kernel is not None:
+            on_kernel(step + 1, len(order))
     missing = [n for n in wanted if n not in env]
     if missing:
         raise GraphError(f"outputs {missing} were not produced", None, graph)
     return {n: env[n] for n in wanted}
 
 
-def _initial_env(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _initial_env(graph: Graph, feeds: Mapping[str, np.ndarray],
+                 required: set[str] | None = None) -> dict[str, np.ndarray]:
     env: dict[str, np.ndarray] = dict(graph.values)
     for name in graph.inputs:
-        if name in feeds:
+        if name in feeds or (required is not None and name not in required):
             continue
         if name not in env:
             raise GraphError(f"graph input '{name}' was not fed", None, graph,
@@ -72,6 +83,19 @@ def _initial_env(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.
             raise ShapeError(f"input '{name}' has shape {tuple(arr.shape)}, expected {want}", None, graph)
         env[name] = arr
     return env
+
+
+def needed_kernels(graph: Graph, wanted: Iterable[str]) -> set[str]:
+    """The ids of the kernels the containers ``wanted`` depend on."""
+    keep: set[str] = set()
+    todo = [p for p in map(graph.producer, wanted) if p is not None]
+    while todo:
+        node = todo.pop()
+        if node.id in keep:
+            continue
+        keep.add(node.id)
+        todo += [p for m in node.inputs if m is not None and (p := graph.producer(m.container)) is not None]
+    return keep
 
 
 def _last_uses(order, keep: set[str]) -> dict[int, list[str]]:

@@ -2,9 +2,13 @@
 
 Floats are small normal values, optimizer moments non-negative, ``learning_rate``
 1e-3 and ``step`` 1, integer inputs 0/1 (valid class ids and masks), booleans
-random. The same seed gives the same feeds in any process.
+random. The same seed gives the same feeds in any process, and each input's value depends on
+the seed and its name only, so ``names`` (a subset) gives the same values as the whole set.
 """
 from __future__ import annotations
+
+import zlib
+from typing import Iterable
 
 import numpy as np
 
@@ -13,12 +17,13 @@ from ir.dtypes import to_numpy
 from ir.graph import Graph
 
 
-def feeds_for(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
+def feeds_for(graph: Graph, seed: int = 0, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    only = set(graph.inputs if names is None else names)
     feeds: dict[str, np.ndarray] = {}
     for name in graph.inputs:
-        if name in graph.values:
+        if name in graph.values or name not in only:
             continue
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
         c = graph.containers[name]
         shape = c.concrete_shape(graph.bindings)
         dt = to_numpy(c.dtype)

@@ -1,7 +1,7 @@
 """The profiler's instrumented step: every kernel statement timed, guarded and skippable.
 
-``timed_step(prog, select)`` is the text of
-``_step_timed(W, B, R, T, S, P, SKIP, ERR, FULL, KEEP, <inputs>)``, which runs the same
+``timed_step(prog)`` is the text of
+``_step_timed(W, B, R, T, S, P, SKIP, ERR, <inputs>)``, which runs the same
 statements as ``_step`` (same order, same planned buffers) and:
 
 - appends each statement's ``perf_counter_ns`` duration to ``T[k]`` and its start to ``S[k]``;
@@ -9,11 +9,9 @@ statements as ``_step`` (same order, same planned buffers) and:
   parent that kills a hung or crashed worker knows which kernel it was running;
 - records an exception a statement raises in ``ERR[k]`` and carries on with zero-filled
   outputs, and skips (zero-fills) the statements in ``SKIP`` — kernels that hung or
-  crashed in an earlier worker — so every other kernel is still measured;
-- with ``select`` (statement indices: a *cutout*), a step with ``FULL`` false runs only the
-  selected statements: what they read from unselected ones was recorded in ``KEEP`` (copies)
-  by the last ``FULL`` step and is put back instead of computed, so profiling a selection
-  costs the selection, not the whole step. A step with ``FULL`` false returns None.
+  crashed in an earlier worker — so every other kernel is still measured.
+
+A selection is profiled as a graph of its own (``cutout``), instrumented the same way.
 """
 from __future__ import annotations
 
@@ -40,18 +38,14 @@ class _Empty:
 _NO_PLAN = _Empty()
 
 
-def timed_step(prog: Program, select: set[int] | None = None) -> str:
+def timed_step(prog: Program) -> str:
     g = prog.graph
     plan = function_plan(prog, prog.statements, list(g.outputs))
-    params = ", ".join(["W", "B", "R", "T", "S", "P", "SKIP", "ERR", "FULL", "KEEP"] + [prog.var(c) for c in g.inputs])
+    params = ", ".join(["W", "B", "R", "T", "S", "P", "SKIP", "ERR"] + [prog.var(c) for c in g.inputs])
     lines = ["import time as _time", "import numpy as _np", "", "", f"def _step_timed({params}):",
              "    _ns = _time.perf_counter_ns"]
     used = {c for st in prog.statements for c in st.reads} | set(g.outputs)
     lines += [f"    {prog.var(c)} = W[{literal(prog.var(c))}]" for c in g.values if c in used and c not in g.inputs]
-    needed: set[str] = set()
-    if select is not None:                         # read by the selection, written outside it
-        written_inside = {c for k, st in enumerate(prog.statements) if k in select for c in st.writes}
-        needed = {c for k, st in enumerate(prog.statements) if k in select for c in st.reads} - written_inside
     for k, (st, free) in enumerate(zip(prog.statements, free_after(prog.statements, set(g.outputs)))):
         body = [alloc_line(prog, a, plan) for a in st.allocs] + list(st.lines)
         block = [st.head, f"P[0] = {k}", "P[1] += 1", "_t = _ns()", f"S[{k}] = _t", "try:",
@@ -61,19 +55,10 @@ def timed_step(prog: Program, select: set[int] | None = None) -> str:
                   f"    ERR[{k}] = 'skipped' if isinstance(_e, _Skipped) else f'{{type(_e).__name__}}: {{_e}}'"]
         block += ["    " + text for text in _zero_fill(prog, st.writes)]
         block.append(f"T[{k}].append(_ns() - _t)")
-        if select is None or k in select:
-            lines += ["    " + text for text in block]
-        else:
-            kept = sorted(c for c in st.writes if c in needed)
-            lines.append("    if FULL:")
-            lines += ["        " + text for text in block]
-            lines += [f"        KEEP[{literal(c)}] = _np.array({prog.var(c)}, copy=True)" for c in kept]
-            if kept:
-                lines.append("    else:")
-                lines += [f"        {prog.var(c)} = KEEP[{literal(c)}]" for c in kept]
+        lines += ["    " + text for text in block]
         if free:
             lines.append("    " + " = ".join(prog.var(c) for c in sorted(free)) + " = None")
     items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in g.outputs)
-    lines += ["    if not FULL:", "        return None", f"    return {{{items}}}", "", "",
+    lines += [f"    return {{{items}}}", "", "",
               "class _Skipped(Exception):", "    pass", ""]
     return "\n".join(lines)

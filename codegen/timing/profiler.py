@@ -10,9 +10,11 @@ inside the worker and reported with its exception. The result is a ``Profile``: 
 ``KernelTiming`` per kernel (median, min, max, CV; GB/s, % of the calibrated triad,
 GFLOP/s, roofline bound and efficiency), the step's own timing and the thread counts.
 
-``kernels`` (graph kernel ids) profiles a *cutout*: the worker runs the whole step once,
-recording what those kernels read, then times only them (``instrument``); the step's
-samples are then the selection's. Long runs report ``on_progress(done, total)`` (statement-steps measured so far) and stop
+``kernels`` (graph kernel ids) profiles a *cutout* (``cutout``): this process runs the part of
+the NumPy reference step the selection depends on, recording what those kernels read, and
+the worker compiles and times only them; the step's samples are then the selection's.
+``feeds`` None makes deterministic ones (``feeds_for``; for a cutout, only those it reads);
+``on_record(done, total)`` reports the recording run's kernels. Long runs report ``on_progress(done, total)`` (statement-steps measured so far) and stop
 when ``cancel()`` returns true: the worker is killed and ``ProfileCancelled`` raised.
 
 ``ab_ratio(a, b, feeds)`` times two graphs' whole steps alternately in one worker (paired
@@ -35,7 +37,7 @@ import numpy as np
 
 from codegen.numba_cpu import threads as thread_control
 from codegen.timing.calibrate import Peaks
-from codegen.timing.stats import KernelTiming, Samples, owner
+from codegen.timing.stats import KernelTiming, Samples
 from ir.graph import Graph
 from ir.serialize import dumps
 
@@ -131,23 +133,28 @@ def _watch(proc: subprocess.Popen, progress, steps: int, timeout: float, on_prog
     return None
 
 
-def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray], *, kernels: Iterable[str] | None = None,
+def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray] | None, *, kernels: Iterable[str] | None = None,
                   reps: int = 10, warmup: int = 2, timeout: float = 60.0, threads: int | None = None,
                   peaks: Peaks | None = None, plugins: Iterable[str] = (), on_progress: Progress | None = None,
-                  cancel: Cancel | None = None) -> Profile:
+                  cancel: Cancel | None = None, on_record: Progress | None = None) -> Profile:
     """Time every kernel of ``graph`` out of process (see the module docstring)."""
     threads = threads or thread_control.default_threads()
+    if kernels is not None:
+        from codegen.timing.cutout import cutout
+        graph, feeds = cutout(graph, kernels, feeds, on_progress=on_record, cancel=cancel)
+    elif feeds is None:
+        from codegen.numpy_ref.feeds import feeds_for
+        feeds = feeds_for(graph)
     with tempfile.TemporaryDirectory(prefix="dcstudio-profile-") as tmp:
         work = Path(tmp)
         write_graph(graph, feeds, work / "graph")
-        wanted = sorted(set(kernels)) if kernels is not None else None
         job = {"graph": str(work / "graph"), "progress": str(work / "progress"), "reps": reps, "warmup": warmup,
-               "threads": threads, "plugins": list(plugins), "skip": [], "select": wanted}
+               "threads": threads, "plugins": list(plugins), "skip": []}
         failed: dict[int, str] = {}
         for attempt in range(1, len(graph.nodes) + 2):
             result, failure, at = _run_worker(job, work, threads, timeout, on_progress, cancel)
             if result is not None:
-                return _assemble(result, failed, peaks, kernels, attempt)
+                return _assemble(result, failed, peaks, attempt)
             if at < 0 or at in failed:
                 raise RuntimeError(f"the profiling worker failed outside any kernel: {failure}")
             failed[at] = failure
@@ -155,12 +162,9 @@ def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray], *, kernels: Ite
     raise RuntimeError("the profiling worker kept failing")
 
 
-def _assemble(result: dict, failed: dict[int, str], peaks: Peaks | None, wanted, workers: int) -> Profile:
-    keep = set(wanted) if wanted is not None else None
+def _assemble(result: dict, failed: dict[int, str], peaks: Peaks | None, workers: int) -> Profile:
     out, failures = [], []
     for k, st in enumerate(result["statements"]):
-        if keep is not None and owner(st["node_id"], keep) is None:
-            continue
         error = failed.get(k) or st["error"]
         if error:
             failures.append(f"{st['node_id']}: {error}")

@@ -1,10 +1,9 @@
 """The profiling worker: ``python -m codegen.timing.worker JOB.json`` (run by ``profiler``).
 
-It loads the graph (IR JSON + arrays in ``.npz``), pins its threads, compiles the graph
-for the CPU backend with the instrumented step (``instrument``), runs one untimed step
-(compiling kernels; with ``job["select"]``, graph kernel ids, it also records what the selected
-kernels read), then ``warmup`` + ``reps`` timed steps — of the selected kernels only, when
-there is a selection — and prints one JSON result:
+It loads the graph (IR JSON + arrays in ``.npz``; for a selection, the parent's ``cutout``),
+pins its threads, compiles the graph for the CPU backend with the instrumented step
+(``instrument``), runs one untimed step (compiling kernels), then ``warmup`` + ``reps`` timed
+steps, and prints one JSON result:
 per statement the durations, the last start time, an error if it raised; and the total
 per step. ``job["ab"]`` instead alternates full steps of two graphs (paired A/B).
 Progress goes to the shared ``progress`` file (``P[0]`` = statement running, ``P[1]`` a
@@ -38,16 +37,9 @@ def _load(stem: Path):
 def _profile(job: dict) -> dict:
     from codegen.numba_cpu.runner import CompiledGraph
     from codegen.timing.instrument import timed_step
-    from codegen.timing.stats import owner
     from ir.movement import kernel_estimate
     graph, feeds = _load(Path(job["graph"]))
-    wanted = set(job["select"]) if job.get("select") is not None else None
-
-    def instrumented(prog):                        # a selection: a cutout of its statements (instrument)
-        chosen = None if wanted is None else \
-            {k for k, st in enumerate(prog.statements) if owner(st.node_id, wanted) is not None}
-        return timed_step(prog, chosen)
-    cg = CompiledGraph(graph, threads=job["threads"], extra=instrumented)
+    cg = CompiledGraph(graph, threads=job["threads"], extra=timed_step)
     progress = np.memmap(job["progress"], dtype=np.int64, mode="r+", shape=(PROGRESS_SLOTS,))
     model, mod = cg.model, cg.module
     args = model._args(feeds)
@@ -56,14 +48,13 @@ def _profile(job: dict) -> dict:
     n = len(cg.program.statements)
     progress[2] = n
     skip = set(job.get("skip", ()))
-    steps, times, starts, errors, keep = [], [[] for _ in range(n)], [0] * n, {}, {}
+    steps, times, starts, errors = [], [[] for _ in range(n)], [0] * n, {}
     for rep in range(1 + job["warmup"] + job["reps"]):     # one compiling step, warm-up, timed reps
         if rep == 1 + job["warmup"]:
             times = [[] for _ in range(n)]
         progress[3] = rep
-        t0 = time.perf_counter_ns()                  # a selection runs the whole step once (rep 0) only
-        mod._step_timed(model.weights, pool, outs, times, starts, progress, skip, errors,
-                        wanted is None or rep == 0, keep, *args)
+        t0 = time.perf_counter_ns()
+        mod._step_timed(model.weights, pool, outs, times, starts, progress, skip, errors, *args)
         if rep > job["warmup"]:
             steps.append(time.perf_counter_ns() - t0)
     out = []

@@ -177,40 +177,53 @@ def test_a_result_larger_than_a_pipe_buffer_comes_back(small):
     assert all(k.ok and k.samples.n == 4000 for k in prof.kernels) and prof.workers == 1
 
 
-def test_a_selection_is_timed_as_a_cutout_on_recorded_inputs(small, tmp_path):
-    """Profiling kernels=[...] runs the whole step once (recording what the selection reads) and
-    then only the selection: the other statements get no timed sample, and the cutout's outputs
-    equal the full step's (the recorded inputs are the real ones)."""
+def test_a_selection_is_timed_as_a_cutout_on_recorded_inputs(small):
+    """Profiling kernels=[...] compiles and times only the selection (a cutout graph fed what one
+    reference step recorded): the other kernels are not in the result at all, and the cutout's
+    outputs equal the full step's values of the same containers (the recorded inputs are the real ones)."""
     from codegen.numba_cpu.runner import CompiledGraph
-    from codegen.timing.instrument import timed_step
-    from codegen.timing.profiler import write_graph
-    from codegen.timing.worker import _profile
+    from codegen.numpy_ref.executor import run as reference
+    from codegen.timing.cutout import cutout
     g, feeds = small
-    write_graph(g, feeds, tmp_path / "graph")
-    job = {"graph": str(tmp_path / "graph"), "progress": str(tmp_path / "progress"), "reps": 3, "warmup": 1,
-           "threads": 1, "plugins": [], "skip": [], "select": ["fc2"]}
-    np.zeros(4, dtype=np.int64).tofile(tmp_path / "progress")
-    result = _profile(job)
-    samples = {st["node_id"]: st["samples_ns"] for st in result["statements"]}
-    assert len(samples["fc2"]) == 3
-    assert samples["fc1"] == [] and samples["act/expanded"] == [], "the rest ran once, untimed"
+    prof = profile_graph(g, feeds, kernels=["fc2"], reps=3, warmup=1, threads=1)
+    assert [k.node_id for k in prof.kernels] == ["fc2"], "only the selection is compiled"
+    assert prof.kernels[0].samples.n == 3 and prof.step.n == 3
 
-    cg = CompiledGraph(g, threads=1, extra=lambda prog: timed_step(prog, {len(prog.statements) - 1}))
-    model, mod = cg.model, cg.module
-    args = model._args(feeds)
-    n = len(cg.program.statements)
-    progress = np.zeros(4, dtype=np.int64)
+    sub, fed = cutout(g, ["fc2"], feeds)
+    assert list(sub.nodes) == ["fc2"] and set(sub.inputs) == set(fed)
+    assert all(c not in g.values for c in sub.inputs), "weights stay weights; intermediates are fed"
+    full = reference(g, feeds, outputs=sub.outputs)
+    mine = CompiledGraph(sub, threads=1).run(fed)
+    for name in sub.outputs:
+        np.testing.assert_allclose(mine[name], full[name], rtol=1e-5, atol=1e-6)
 
-    def step(full, keep):
-        return mod._step_timed(model.weights, model._pool("step", mod._SLOTS), model._pool("o", mod._OUT_SLOTS),
-                               [[] for _ in range(n)], [0] * n, progress, set(), {}, full, keep, *args)
-    keep = {}
-    assert step(True, keep) is not None
-    last = cg.program.statements[-1]
-    wanted = {c for c in last.reads if c not in g.values and c not in g.inputs}
-    assert set(keep) == wanted, "exactly what the selection reads from the rest is recorded"
-    recorded = {k: v.copy() for k, v in keep.items()}
-    progress[:] = 0
-    assert step(False, keep) is None                                # the cutout returns nothing
-    assert progress[1] == 1 and progress[0] == n - 1, "one statement ran: the selected one"
-    assert all(np.array_equal(keep[k], v) for k, v in recorded.items())
+
+def test_a_stale_selection_names_the_kernel(small):
+    from codegen.timing.cutout import cutout
+    from ir.errors import GraphError
+    g, feeds = small
+    with pytest.raises(GraphError, match="'gone'.*select the kernels again"):
+        cutout(g, ["fc2", "gone"], feeds)
+
+
+def test_the_recording_run_reports_progress_and_stops_on_cancel(small):
+    """The cutout's recording run (this process) reports its kernels and honours cancel before any worker starts."""
+    g, feeds = small
+    seen: list[tuple[int, int]] = []
+    only = profile_graph(g, feeds, kernels=["fc2"], reps=1, warmup=0, threads=1,
+                         on_record=lambda d, t: seen.append((d, t)))
+    assert [k.node_id for k in only.kernels] == ["fc2"]
+    assert seen == [(1, 2), (2, 2)], "fc1 and act run to record fc2's input; nothing after it"
+    with pytest.raises(ProfileCancelled, match="recording"):
+        profile_graph(g, feeds, kernels=["fc2"], reps=1, warmup=0, threads=1, cancel=lambda: True)
+
+
+def test_feeds_for_a_subset_equal_the_whole_sets_values(small):
+    from codegen.numpy_ref.feeds import feeds_for
+    g = small[0]
+    whole = feeds_for(g)
+    for name in g.inputs:
+        part = feeds_for(g, names=[name])
+        assert list(part) == ([name] if name in whole else [])
+        assert all(np.array_equal(part[k], whole[k]) for k in part)
+    assert set(feeds_for(g, names=[])) == set()

@@ -1,0 +1,79 @@
+"""A cutout: the selected kernels of a graph as a graph of their own, fed recorded inputs.
+
+``cutout(graph, kernels, feeds)`` runs the NumPy reference executor over the part of the
+step the selection depends on, keeping what the selected kernels read from outside the
+selection, and returns ``(sub, sub_feeds)``: a graph holding just those kernels (in the
+original order, same ids, containers and weights), whose inputs are the recorded values
+and whose outputs are everything the selection writes. Compiling ``sub`` compiles the
+selection only — at 12 BERT layers, four kernels instead of thousands — so "Profile
+selection" costs the selection.
+
+The recording run costs at most one NumPy step and no compiling: it runs only the kernels the
+recorded values depend on (the first layer's forward, for a first-layer selection). Without
+``feeds``, only the graph inputs that part reads are made (``feeds_for(..., names=)``: the
+same values the whole set would have), not every optimizer moment of the model. It reports
+``on_progress(done, total)`` per kernel and stops with ``ProfileCancelled`` when ``cancel()``.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from codegen.numpy_ref.executor import needed_kernels, run as reference_run
+from codegen.numpy_ref.feeds import feeds_for
+from ir.containers import Role
+from ir.errors import GraphError
+from ir.graph import Graph
+
+
+def _names(memlets) -> list[str]:
+    return [m.container for m in memlets if m is not None]
+
+
+def cutout(graph: Graph, kernels: Iterable[str], feeds: Mapping[str, np.ndarray] | None = None, *,
+           on_progress: Callable[[int, int], None] | None = None,
+           cancel: Callable[[], bool] | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The selected kernels as their own graph, and the feeds that graph needs (see the module)."""
+    wanted = set(kernels)
+    chosen = [n for n in graph.topo_order() if n.id in wanted]
+    unknown = sorted(wanted - {n.id for n in chosen})
+    if unknown:
+        raise GraphError(f"no kernel with id {unknown[0]!r} in the graph to cut out", None, graph,
+                         hint="The selection may be stale: select the kernels again")
+    written = {c for n in chosen for c in _names(n.outputs)}
+    read = {c for n in chosen for c in _names(n.inputs)}
+    outside = sorted(read - written)
+    recorded = [c for c in outside if c not in graph.values and c not in graph.inputs]
+    if feeds is None:                              # only the inputs the recording run and the cutout read
+        upstream = needed_kernels(graph, recorded)
+        reads = {c for k in upstream for c in _names(graph.nodes[k].inputs)} | read
+        feeds = feeds_for(graph, names=[c for c in graph.inputs if c in reads])
+    def each(done: int, total: int) -> None:
+        if cancel is not None and cancel():
+            from codegen.timing.profiler import ProfileCancelled
+            raise ProfileCancelled("profiling cancelled while recording the selection's inputs")
+        if on_progress is not None:
+            on_progress(done, total)
+    values = dict(reference_run(graph, feeds, outputs=recorded, needed_only=True, on_kernel=each)) \
+        if recorded else {}
+    sub = Graph(f"{graph.name} (cutout of {len(chosen)} kernel{'s' if len(chosen) != 1 else ''})")
+    sub.bindings, sub.opsets, sub.meta = dict(graph.bindings), dict(graph.opsets), dict(graph.meta)
+    for name in sorted(read | written):
+        c = graph.container(name)
+        if name in recorded and c.role is Role.TRANSIENT:
+            c = replace(c, role=Role.INPUT)
+        elif name in written and c.role is Role.TRANSIENT:
+            c = replace(c, role=Role.OUTPUT)
+        sub.add_container(c)
+    for name in outside:
+        if name in graph.values:
+            sub.values[name] = graph.values[name]
+    sub.inputs = [c for c in outside if c in recorded or c in graph.inputs]
+    sub.outputs = sorted(written)
+    for node in chosen:
+        sub.add_node(node)
+    sub = sub.clone()                              # the nodes are the cutout's own, not shared
+    fed = {c: values[c] if c in values else feeds[c] for c in sub.inputs if c in values or c in feeds}
+    return sub, fed
