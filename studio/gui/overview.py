@@ -4,11 +4,14 @@ Zoomed out below ``LOD_TEXT`` a kernel's box is too small for its label, so the 
 draws a *plate* on each group (an open frame or a collapsed group) big enough on screen
 to hold one: the group's name and a line "N kernels · bytes moved · share of the step",
 with the measured time of its kernels once a profile has run. A group shows its plate
-from the zoom at which it is ``FIT_W`` × ``FIT_H`` screen pixels (``Level.own``), so Fit
-on a 12-layer step names its layers, zooming in names their blocks too, and from
-``LOD_TEXT`` on the kernels' own labels take over. Plates are placed outer groups first,
-each at its group's top-left corner, moved down inside its group past the plates already
-placed, and left out when it no longer fits there (``place_plates``).
+from the zoom at which it is ``FIT_W`` × ``FIT_H`` screen pixels (``Level.own``), zooming
+in names inner blocks too, and from ``LOD_TEXT`` on the kernels' own labels take over. A
+top-level group (forward, loss, gradients, optimizer update) shows its plate at every zoom
+below ``LOD_TEXT`` however small it is on screen, so Fit always names the step's parts — on
+a 12-layer step the optimizer's updates make the layout so wide that no group reaches its
+plate size at Fit. Plates are placed outer groups first, each at its group's top-left corner,
+moved down past the plates already placed, and left out when it no longer fits inside its
+group — a top-level plate never is: it may cover its neighbours (``place_plates``).
 No Qt here (the view draws the plates; see ``QtGraphView.plates``).
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ LOD_TEXT = 0.45                  # zoom below which boxes draw no text and frame
 PLATE_H = 34.0                   # a plate's height in screen pixels (two lines)
 FIT_W, FIT_H = 72.0, 2.2 * PLATE_H    # screen pixels a group needs to show its plate
 INF = float("inf")
+TOP_DEPTH = 1                    # groups this deep (directly under the root) always carry a plate
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,12 @@ def plate_levels(placement: Placement, tree: ScopeTree) -> dict[str, Level]:
     """The plate level of every group the placement shows (open frames and collapsed groups)."""
     rects = {f.key: (f.x, f.y, f.w, f.h) for f in placement.frames.values()}
     rects.update({b.key: (b.x, b.y, b.w, b.h) for b in placement.boxes.values() if tree.is_group(b.key)})
-    return {k: Level(k, x, y, w, h, max(FIT_W / max(w, 1e-9), FIT_H / max(h, 1e-9)), len(tree.chain.get(k, ())))
-            for k, (x, y, w, h) in rects.items()}
+    out = {}
+    for k, (x, y, w, h) in rects.items():
+        depth = len(tree.chain.get(k, ()))
+        own = 0.0 if depth <= TOP_DEPTH else max(FIT_W / max(w, 1e-9), FIT_H / max(h, 1e-9))
+        out[k] = Level(k, x, y, w, h, own, depth)
+    return out
 
 
 def place_plates(groups: list[tuple[str, int, tuple[float, float, float, float]]],
@@ -58,9 +66,9 @@ def place_plates(groups: list[tuple[str, int, tuple[float, float, float, float]]
     ``widths`` the plates' text widths (a plate may be wider than a narrow group: it then covers
     part of its neighbour, whose boxes carry no text at these zooms). Outer groups first; a plate
     starts at its group's top-left and moves down past every placed plate it overlaps while it
-    stays inside its group."""
+    stays inside its group (a top-level group's plate is placed wherever that takes it)."""
     placed: dict[str, tuple[float, float, float, float]] = {}
-    for key, _depth, (x, y, w, h) in sorted(groups, key=lambda g: (g[1], g[2][1], g[2][0])):
+    for key, depth, (x, y, w, h) in sorted(groups, key=lambda g: (g[1], g[2][1], g[2][0])):
         pw = widths[key]
         px, py = x + 3, y + 3
         moved = True
@@ -69,7 +77,7 @@ def place_plates(groups: list[tuple[str, int, tuple[float, float, float, float]]
             for qx, qy, qw, qh in placed.values():
                 if px < qx + qw and qx < px + pw and py < qy + qh and qy < py + PLATE_H:
                     py, moved = qy + qh + 2, True
-        if py + PLATE_H <= y + h - 2:
+        if py + PLATE_H <= y + h - 2 or depth <= TOP_DEPTH:
             placed[key] = (px, py, pw, PLATE_H)
     return placed
 

@@ -23,7 +23,7 @@ LOD_SIMPLE = 0.25
 PASS_COLORS = {Pass.FORWARD: ("#dbe9f6", "#4a7bb7"), Pass.BACKWARD: ("#fde2c8", "#c2772c"),
                Pass.OPTIMIZER: ("#dcefd9", "#4f9a4a"), None: ("#ececec", "#8a8a8a")}
 MARK_COLORS = {"removed": "#d62728", "merged": "#8e44ad", "changed": "#ff9f1c", "added": "#2ca02c",
-               "current": "#1f4fff", "search": "#5b8cff", "hover": "#ffbf00"}
+               "current": "#1f4fff", "search": "#5b8cff", "hover": "#17becf"}
 MARK_ORDER = ("hover", "removed", "merged", "changed", "added", "current", "search")
 
 
@@ -170,15 +170,17 @@ class QtFrameItem(QGraphicsItem):
 
 
 LOD_EDGE_LABEL = 0.8            # from this zoom on, edges carry a label (shape, dtype, bytes)
-LABEL_W, LABEL_H = 240.0, 14.0  # the label's box around the edge's midpoint (scene units)
+LABEL_W, LABEL_H = 240.0, 14.0  # the label's box around a point of the edge (scene units)
+LABEL_SPOTS = (0.5, 0.35, 0.65, 0.2, 0.8)   # where along the edge a label may sit, first choice first
 
 
 class QtEdgeItem(QGraphicsPathItem):
     """An aggregated edge of ``group``: a cubic spline with an arrowhead; the view's tooltip lists its
     containers (made when asked: thousands of eager tooltips cost tens of milliseconds). Zoomed in
     (``LOD_EDGE_LABEL``) it is labelled with what it carries (the scene's ``edge_label``, made
-    when first painted); the bounding rect always includes the label's box, so nothing is ever
-    painted outside it."""
+    when first painted) in ``label_box``, one of the boxes ``label_spots`` offers along the edge,
+    chosen by the scene so that no two labels overlap (None: no room, no label; the tooltip still
+    tells). The bounding rect always includes the label's box, so nothing is ever painted outside it."""
 
     def __init__(self, src: str, dst: str, group: str, points, weight: int) -> None:
         super().__init__()
@@ -190,10 +192,11 @@ class QtEdgeItem(QGraphicsPathItem):
         self._shape: QPainterPath | None = None
         self._bounds: QRectF | None = None
         self.setPath(path)
-        mid = path.pointAtPercent(0.5)
-        self.label_box = QRectF(mid.x() - LABEL_W / 2, mid.y() - LABEL_H / 2, LABEL_W, LABEL_H)
-        self.prepareGeometryChange()
-        self._bounds = super().boundingRect().adjusted(-4, -4, 4, 4).united(self.label_box)
+        self.label_spots = [QRectF(p.x() - LABEL_W / 2, p.y() - LABEL_H / 2, LABEL_W, LABEL_H)
+                            for p in map(path.pointAtPercent, LABEL_SPOTS)]
+        self._path_bounds = super().boundingRect().adjusted(-4, -4, 4, 4)
+        self.label_box: QRectF | None = None
+        self.place_label(self.label_spots[0])
         self.first, self.last = pts[0], pts[-1]
         self.before_last = next((p for p in reversed(pts) if p != self.last), pts[0])
         self.hovered = False
@@ -203,6 +206,14 @@ class QtEdgeItem(QGraphicsPathItem):
 
     def boundingRect(self) -> QRectF:
         return self._bounds if self._bounds is not None else super().boundingRect()
+
+    def place_label(self, box: QRectF | None) -> None:
+        """Put the label in ``box`` (one of ``label_spots``), or show none."""
+        if box == self.label_box and self._bounds is not None:
+            return
+        self.prepareGeometryChange()
+        self.label_box = box
+        self._bounds = self._path_bounds.united(box) if box is not None else QRectF(self._path_bounds)
 
     def shape(self) -> QPainterPath:
         if self._shape is None:                      # for hover hit tests only: made on first use
@@ -239,7 +250,8 @@ class QtEdgeItem(QGraphicsPathItem):
                           QPointF(a.x() - 7 * ux - 3.5 * uy, a.y() - 7 * uy + 3.5 * ux)])
         painter.setBrush(pen.color())
         painter.drawPolygon(head)
-        if lod >= LOD_EDGE_LABEL and (scene := self.scene()) is not None and hasattr(scene, "edge_label"):
+        if lod >= LOD_EDGE_LABEL and self.label_box is not None and (scene := self.scene()) is not None \
+                and hasattr(scene, "edge_label"):
             text = scene.edge_label(self)
             if text:
                 width = min(LABEL_W, st.small_metrics.horizontalAdvance(text) + 8)

@@ -17,7 +17,7 @@ from ir.movement import Ledger
 from studio.gui import layout as lay
 from studio.gui.describe import box_text, edge_label
 from studio.gui.placement import Placement
-from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem
+from studio.gui.qt_graph_items import LABEL_H, LABEL_W, QtBoxItem, QtEdgeItem, QtFrameItem
 from studio.gui.scope_tree import ScopeTree
 
 
@@ -48,6 +48,7 @@ class QtGraphScene(QGraphicsScene):
         self._sync_frames(placement, tree)
         self._sync_edges(placement, tree)
         self._sync_boxes(placement, tree, graph, ledger, stale)
+        self._place_labels()
         m = 60.0
         rect = QRectF(-m, -m, placement.width + 2 * m, placement.height + 2 * m)
         if rect != self.sceneRect():
@@ -84,6 +85,30 @@ class QtGraphScene(QGraphicsScene):
             self.edge_items[key] = item
         for item in old.values():
             self.removeItem(item)
+
+    def _place_labels(self) -> None:
+        """Give each edge the first of its label spots that overlaps no box and no label placed
+        before it (heavier edges first; a grid of ``LABEL_W`` × ``LABEL_H`` cells finds the
+        neighbours), or none: a label never hides under a box or covers another label."""
+        grid: dict[tuple[int, int], list[QRectF]] = {}
+
+        def cells(r: QRectF) -> list[tuple[int, int]]:
+            return [(cx, cy) for cx in range(int(r.left() // LABEL_W), int(r.right() // LABEL_W) + 1)
+                    for cy in range(int(r.top() // LABEL_H), int(r.bottom() // LABEL_H) + 1)]
+        for b in self.boxes.values():
+            r = b.sceneBoundingRect()
+            for c in cells(r):
+                grid.setdefault(c, []).append(r)
+        for item in sorted(self.edge_items.values(), key=lambda e: -e.weight):
+            chosen = None
+            for box in item.label_spots:
+                near = cells(box)
+                if not any(box.intersects(o) for c in near for o in grid.get(c, ())):
+                    chosen = box
+                    for c in near:
+                        grid.setdefault(c, []).append(box)
+                    break
+            item.place_label(chosen)
 
     def _sync_boxes(self, placement: Placement, tree: ScopeTree, graph: Graph, ledger: Ledger,
                     stale: set[str] | None) -> None:

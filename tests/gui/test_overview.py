@@ -10,7 +10,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from studio.gui.overview import FIT_H, FIT_W, LOD_TEXT, PLATE_H, place_plates, plate_levels, plate_text
+from studio.gui.overview import FIT_H, FIT_W, LOD_TEXT, PLATE_H, TOP_DEPTH, place_plates, plate_levels, plate_text
 from tests.gui.test_session_flow import _open
 
 
@@ -27,6 +27,19 @@ def test_plates_stack_inside_their_groups_and_drop_when_there_is_no_room():
     assert placed["right"][:2] == (233, 23), "a plate that overlaps nothing stays at its corner"
 
 
+def test_top_level_plates_show_however_small_their_group():
+    """At 12 layers the optimizer's updates make the layout so wide that no group reached its plate
+    size at Fit: the view showed no text at all. The step's top-level parts are always named (a
+    plate may cover its neighbours), stacked so they never overlap; an inner group too small is not."""
+    groups = [("forward", 1, (300, 10, 12, 50)), ("loss", 1, (300, 80, 10, 3)), ("grad", 1, (300, 84, 30, 200)),
+              ("grad/layer", 2, (301, 90, 28, 30))]
+    placed = place_plates(groups, {k: 180 for k, *_ in groups})
+    assert set(placed) == {"forward", "loss", "grad"}
+    rects = list(placed.values())
+    assert all(not (a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3])
+               for i, a in enumerate(rects) for b in rects[i + 1:]), "plates never overlap"
+
+
 def test_levels_and_text_on_the_bundled_example(qtbot, make_window, bert_model):
     w = make_window()
     _open(qtbot, w, bert_model)
@@ -35,6 +48,9 @@ def test_levels_and_text_on_the_bundled_example(qtbot, make_window, bert_model):
     assert set(levels) == {f.key for f in v.placement.frames.values()} | \
         {b.key for b in v.placement.boxes.values() if v.tree.is_group(b.key)}
     for lv in levels.values():
+        if lv.depth <= TOP_DEPTH:                                                     # always named
+            assert lv.own == 0.0 and lv.shows(0.01)
+            continue
         assert lv.w * lv.own >= FIT_W - 1e-6 and lv.h * lv.own >= FIT_H - 1e-6      # fits from its own zoom on
         assert lv.w * lv.own <= FIT_W + 1e-6 or lv.h * lv.own <= FIT_H + 1e-6       # and not before
     key = max(levels, key=lambda k: levels[k].w * levels[k].h)
@@ -124,7 +140,8 @@ def test_edges_are_labelled_when_zoomed_in(qtbot, make_window, bert_model):
     _open(qtbot, w, bert_model)
     v = w.view
     scene = v.scene()
-    item = next(e for e in scene.edge_items.values() if len(v.tree.edges[e.group][(e.src, e.dst)]) == 1)
+    item = next(e for e in scene.edge_items.values() if len(v.tree.edges[e.group][(e.src, e.dst)]) == 1
+                and e.label_box is not None)
     containers = v.tree.edges[item.group][(item.src, item.dst)]
     c = w.session.graph.containers[containers[0]]
     text = scene.edge_label(item)
@@ -139,6 +156,27 @@ def test_edges_are_labelled_when_zoomed_in(qtbot, make_window, bert_model):
                if 0 <= x < image.width() and 0 <= y < image.height()
                and QColor(image.pixel(x, y)).lightnessF() < 0.3)
     assert dark > 5, "the label's text is drawn"
+
+
+def test_edge_labels_never_overlap(qtbot, make_window, bert_model):
+    """Before: every label sat at its edge's midpoint, parallel edges' labels covered each other and
+    some hid under boxes. Each edge now takes the first free spot along it, or shows no label (its
+    tooltip still tells)."""
+    w = make_window()
+    _open(qtbot, w, bert_model)
+    for key in list(w.view.tree.groups)[:40]:        # open groups: denser edges
+        if key not in w.view.expanded and w.view.tree.is_group(key):
+            w.view.expand(key)
+    qtbot.waitUntil(lambda: w.view.task is None, timeout=60000)
+    items = list(w.view.scene().edge_items.values())
+    boxes = [e.label_box for e in items if e.label_box is not None]
+    assert len(boxes) >= 0.5 * len(items) > 10, "most edges keep a label"
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.intersects(b)]
+    kernels = [b.sceneBoundingRect() for b in w.view.scene().boxes.values()]
+    assert not [a for a in boxes for k in kernels if a.intersects(k)], "no label hides under a box"
+    assert all(e.boundingRect().contains(e.label_box) for e in items if e.label_box is not None)
+    assert any(e.label_box is not None and e.label_box != e.label_spots[0] for e in items) or \
+        len(boxes) == len(items), "a crowded midpoint moves the label along its edge"
 
 
 def test_find_lists_its_hits_and_searches_container_names(qtbot, make_window, bert_model):
