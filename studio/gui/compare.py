@@ -88,22 +88,37 @@ class ScopeRow:
     kernels_after: int
     bytes_before: int
     bytes_after: int
+    time_before: float | None = None     # summed measured medians, seconds; None: that side is not timed
+    time_after: float | None = None
 
     @property
     def ratio(self) -> float:
         return self.bytes_after / self.bytes_before if self.bytes_before else float("inf")
 
+    @property
+    def time_ratio(self) -> float | None:
+        if self.time_before is None or self.time_after is None or not self.time_before:
+            return None
+        return self.time_after / self.time_before
+
 
 def scope_rows(before: Graph, after: Graph, ledger_before: Ledger, ledger_after: Ledger,
-               depth: int = SCOPE_DEPTH) -> list[ScopeRow]:
-    """Kernels and bytes moved per scope, before and after, largest saving first (a fused kernel
-    counts in the scope of its first kernel: its name keeps that scope)."""
-    acc: dict[str, list[int]] = {}
-    for graph, ledger, k in ((before, ledger_before, 0), (after, ledger_after, 1)):
+               depth: int = SCOPE_DEPTH, times_before: Mapping[str, float] | None = None,
+               times_after: Mapping[str, float] | None = None) -> list[ScopeRow]:
+    """Kernels, bytes moved and (where that side was timed: ``times_*``, seconds per kernel id)
+    measured time per scope, before and after, largest saving first (a fused kernel counts in the
+    scope of its first kernel: its name keeps that scope)."""
+    acc: dict[str, list] = {}
+    for graph, ledger, times, k in ((before, ledger_before, times_before, 0), (after, ledger_after, times_after, 1)):
         for node in graph.nodes.values():
-            row = acc.setdefault(scope_of(node.name or node.id, depth), [0, 0, 0, 0])
+            row = acc.setdefault(scope_of(node.name or node.id, depth), [0, 0, 0, 0, None, None])
             row[k] += 1
             row[2 + k] += ledger.kernels[node.id].bytes if node.id in ledger.kernels else 0
+            if times is not None:
+                row[4 + k] = (row[4 + k] or 0.0) + times.get(node.id, 0.0)
+    if times_before is not None and times_after is not None:
+        for v in acc.values():                     # timed sides: a scope one side lacks took no time there
+            v[4], v[5] = v[4] or 0.0, v[5] or 0.0
     rows = [ScopeRow(scope, *v) for scope, v in acc.items()]
     return sorted(rows, key=lambda r: (r.bytes_after - r.bytes_before, r.scope))
 

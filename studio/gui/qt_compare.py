@@ -17,8 +17,8 @@ current graph. It is a child window of the main window (closed with it).
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QSplitter, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSplitter,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ir.movement import Ledger
 from studio.gui.commands import step_text
@@ -26,10 +26,13 @@ from studio.cli import human_bytes
 from studio.gui.compare import Comparison, compare, mirrored, scope_rows
 from studio.gui.qt_graph_items import MARK_COLORS
 from studio.gui.qt_graph_view import QtGraphView
+from studio.gui.timings import human_seconds
 from studio.session import Session
 
 KINDS = ("removed", "merged", "added", "changed")
-TABLE_COLUMNS = ("scope", "kernels before", "kernels after", "bytes before", "bytes after", "after / before")
+TABLE_COLUMNS = ("scope", "kernels before", "kernels after", "bytes before", "bytes after", "bytes after / before",
+                 "time before", "time after", "time after / before")
+NOT_TIMED = "—"
 
 
 class QtCompareWindow(QWidget):
@@ -48,6 +51,10 @@ class QtCompareWindow(QWidget):
         self.picker = QComboBox(self)
         self.summary = QLabel(self)
         self.table = QTableWidget(0, len(TABLE_COLUMNS), self)
+        self.time_button = QPushButton("Time both sides", self)
+        self.time_button.setObjectName("compare.time")
+        self.time_button.setToolTip("Profile every kernel of the graphs on both sides (those not timed yet) "
+                                    "to fill the time columns; progress and Cancel are in the Timings dock")
         self._syncing = False
         self._build()
         self._fill_picker(step)
@@ -64,6 +71,7 @@ class QtCompareWindow(QWidget):
         top.addWidget(QLabel("Compare step", self))
         top.addWidget(self.picker, 1)
         top.addWidget(QLabel("with the current graph", self))
+        top.addWidget(self.time_button)
         top.addStretch(1)
         for kind in KINDS:
             swatch = QLabel(f"■ {kind}", self)
@@ -99,6 +107,9 @@ class QtCompareWindow(QWidget):
 
     def _connect(self) -> None:
         self.picker.currentIndexChanged.connect(lambda _i: self.refresh())
+        self.time_button.clicked.connect(self.time_both)
+        if self._profiling is not None:
+            self._profiling.measuredChanged.connect(self._fill_times)
         for a, b in ((self.left, self.right), (self.right, self.left)):
             a.selectionChangedIds.connect(lambda ids, a=a, b=b: self._mirror_selection(a, b, ids))
             a.groupToggled.connect(lambda key, opened, a=a, b=b: self._mirror_group(a, b, key, opened))
@@ -139,14 +150,41 @@ class QtCompareWindow(QWidget):
             for kind, ids in marks.items():
                 view.set_marks(kind, ids)
         self.summary.setText(self.comparison.summary())
-        self._fill_table(scope_rows(before, after, ledger, s.ledger))
+        self._fill_times()
+
+    @property
+    def _profiling(self):
+        return getattr(self.parent(), "profiling", None)
+
+    def _times(self, graph) -> dict[str, float] | None:
+        report = self._profiling.measured.get(graph) if self._profiling is not None else None
+        return None if report is None else {k.node_id: k.samples.median_s for k in report.kernels if k.ok}
+
+    def time_both(self):
+        """Profile the compared graphs not timed yet (``QtProfiling.measure``); None when both are."""
+        if self._profiling is None:
+            return None
+        return self._profiling.measure([(self.step, self.session.graph_at(self.step)),
+                                        (self.session.cursor, self.session.graph)])
+
+    def _fill_times(self) -> None:
+        s = self.session
+        before, after = s.graph_at(self.step), s.graph
+        tb, ta = self._times(before), self._times(after)
+        self.time_button.setEnabled(self._profiling is not None and (tb is None or ta is None))
+        self._fill_table(scope_rows(before, after, self._ledger(self.step), s.ledger,
+                                    times_before=tb, times_after=ta))
 
     def _fill_table(self, rows) -> None:
         self.table.setRowCount(len(rows))
         right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
         for k, r in enumerate(rows):
+            tr = r.time_ratio
             cells = (r.scope, str(r.kernels_before), str(r.kernels_after), human_bytes(r.bytes_before),
-                     human_bytes(r.bytes_after), f"{r.ratio:.2f}×" if r.bytes_before else "new")
+                     human_bytes(r.bytes_after), f"{r.ratio:.2f}×" if r.bytes_before else "new",
+                     NOT_TIMED if r.time_before is None else human_seconds(r.time_before),
+                     NOT_TIMED if r.time_after is None else human_seconds(r.time_after),
+                     NOT_TIMED if tr is None else f"{tr:.2f}×")
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c:
@@ -208,6 +246,11 @@ class QtCompareWindow(QWidget):
         return hit[1]
 
     def closeEvent(self, event) -> None:
+        if self._profiling is not None:
+            try:
+                self._profiling.measuredChanged.disconnect(self._fill_times)
+            except (RuntimeError, TypeError):
+                pass
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None

@@ -15,17 +15,18 @@ or revert, ``refresh`` greys the table, the roofline and the time heatmap with
 calibration recorded heavy load) measures the peaks again as a task and judges the last
 profile's measurements against them (``TimingReport.with_peaks``).
 
-"Profile selection" profiles a cutout: the worker runs the whole step once, recording
-what the selected kernels read, then times only them (``codegen.timing.instrument``). Calibrating the peaks the first time on a machine happens in
+"Profile selection" profiles a cutout: the worker runs one NumPy reference step, recording
+what the selected kernels read, then compiles and times only them (``codegen.timing.cutout``). Calibrating the peaks the first time on a machine happens in
 this process before the worker starts and cannot be interrupted (seconds; it is cached).
 """
 from __future__ import annotations
 
 import functools
 import time
+import weakref
 from pathlib import Path
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
 from ir.errors import StudioError
@@ -41,7 +42,9 @@ def _profile_work(session, graph, reps: int, threads: int | None, only, token, p
     try:
         return session.profile(only, reps=reps, warmup=min(WARMUP, reps), threads=threads, graph=graph,
                                on_progress=lambda d, t: progress(d, t, f"profiling: {d}/{t} kernel runs"),
-                               cancel=lambda: token.cancelled)
+                               cancel=lambda: token.cancelled,
+                               on_record=lambda d, t: progress(d, t, f"profiling: recording the selection's inputs, "
+                                                                     f"{d}/{t} kernels"))
     except ProfileCancelled:
         raise Cancelled("profiling was cancelled") from None
     except (RuntimeError, OSError) as e:
@@ -60,6 +63,25 @@ def _ab_work(session, graphs: tuple, steps: tuple[int, int], reps: int, threads:
         raise StudioError(f"the A/B comparison failed: {e}") from e
 
 
+def _measure_work(session, graphs: list, reps: int, threads: int | None, token, progress):
+    """Profile every kernel of each ``(step, graph)`` in turn; [(graph, TimingReport)]."""
+    from codegen.timing.profiler import ProfileCancelled
+    out = []
+    for k, (step, graph) in enumerate(graphs, start=1):
+        head = f"timing step {step} ({k}/{len(graphs)})"
+        progress(0, 0, f"{head}: compiling kernels…")
+        try:
+            prof = session.profile(None, reps=reps, warmup=min(WARMUP, reps), threads=threads, graph=graph,
+                                   on_progress=lambda d, t: progress(d, t, f"{head}: {d}/{t} kernel runs"),
+                                   cancel=lambda: token.cancelled)
+        except ProfileCancelled:
+            raise Cancelled("timing the compared steps was cancelled") from None
+        except (RuntimeError, OSError) as e:
+            raise StudioError(f"timing step {step} failed: {e}") from e
+        out.append((graph, TimingReport.of(prof, graph, step)))
+    return out
+
+
 def _calibrate_work(threads: int | None, token, progress):
     from codegen.timing.calibrate import peaks
     from studio.session import _default_threads
@@ -68,7 +90,11 @@ def _calibrate_work(threads: int | None, token, progress):
 
 
 class QtProfiling(QObject):
-    """See the module docstring. ``window`` is the ``QtMainWindow``; its ``timings`` dock shows the results."""
+    """See the module docstring. ``window`` is the ``QtMainWindow``; its ``timings`` dock shows the results.
+    ``measured`` keeps the whole-step report of every graph profiled in full (weakly: a graph no step
+    holds any more drops out); ``measuredChanged`` tells the Compare window a new one came."""
+
+    measuredChanged = Signal()
 
     def __init__(self, window) -> None:
         super().__init__(window)
@@ -76,6 +102,7 @@ class QtProfiling(QObject):
         self.dock = window.timings
         self.profile = None                       # the last codegen.timing.profiler.Profile
         self.report: TimingReport | None = None
+        self.measured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.ab = None                            # the last ABResult
         self.task = None
         d = self.dock
@@ -91,6 +118,7 @@ class QtProfiling(QObject):
     def reset(self) -> None:
         """A new session: forget the last results (a task for the old session is ignored when it ends)."""
         self.profile = self.report = self.ab = None
+        self.measured = weakref.WeakKeyDictionary()
         self.dock.set_report(None)
         self.dock.set_ab("")
         self.w.view.set_heat_times({}, "no profile yet")
@@ -166,7 +194,34 @@ class QtProfiling(QObject):
         self.dock.set_report(r, r.stale_note(self.w.session.graph))
         self.dock.status.set_text(f"profiled step {r.step} in {time.monotonic() - ctx['started']:.1f} s: "
                                   f"{r.coverage()}")
+        if ctx["only"] is None:
+            self.measured[ctx["graph"]] = r
+            self.measuredChanged.emit()
         self.refresh()
+
+    def measure(self, graphs: list):
+        """Profile in full each ``(step, graph)`` not measured yet (the Compare window's time columns)."""
+        s = self.w.session
+        if s is None:
+            return self._no_session()
+        todo = [(step, g) for step, g in graphs if g not in self.measured]
+        if not todo:
+            return None
+        reps, threads = self._settings()
+        task = self._start(f"Timing step{'s' if len(todo) > 1 else ''} {', '.join(str(k) for k, _ in todo)} "
+                           "for Compare", functools.partial(_measure_work, s, todo, reps, threads), {})
+        if task is not None:
+            task.succeeded.connect(self._measured)
+        return task
+
+    def _measured(self, reports) -> None:
+        if self.sender().context["session"] is not self.w.session:
+            return
+        for graph, report in reports:
+            self.measured[graph] = report
+        self.dock.status.set_text(f"timed {len(reports)} step{'s' if len(reports) > 1 else ''} in "
+                                  f"{time.monotonic() - self.sender().context['started']:.1f} s for Compare")
+        self.measuredChanged.emit()
 
     # --- calibration ------------------------------------------------------------------------
     def recalibrate(self):

@@ -218,3 +218,31 @@ def test_group_toggles_mirror_and_the_window_follows_undo(qtbot, compared):
     assert win.right.marks["added"] == set(diff(w.session.graph_at(0), w.session.graph).added)
     win.set_step(2)
     assert win.left.graph is w.session.graph_at(2)
+
+
+def test_scope_rows_sum_measured_times_per_side(expanded):
+    """Times per kernel id add up per scope; a side with no times shows None, a scope one timed side
+    lacks took no time there."""
+    from ir.movement import Ledger
+    from studio.gui.compare import scope_rows
+    s = expanded
+    before, after = s.graph_at(0), s.graph
+    tb = {k: 1e-3 for k in before.nodes}
+    ta = {k: 2e-3 for k in after.nodes}
+    rows = scope_rows(before, after, Ledger(before), s.ledger, times_before=tb, times_after=ta)
+    assert sum(r.time_before for r in rows) == pytest.approx(1e-3 * len(before.nodes))
+    assert sum(r.time_after for r in rows) == pytest.approx(2e-3 * len(after.nodes))
+    assert all(r.time_ratio == pytest.approx(2.0 * r.kernels_after / r.kernels_before)
+               for r in rows if r.kernels_before)
+    half = scope_rows(before, after, Ledger(before), s.ledger, times_before=tb)
+    assert all(r.time_after is None and r.time_ratio is None for r in half)
+
+
+def test_every_mark_colour_is_told_apart():
+    """The hover mark (amber #ffbf00) was hard to tell from "changed" (orange #ff9f1c) in Compare:
+    every two mark colours now differ by at least 80 in RGB distance."""
+    from PySide6.QtGui import QColor
+    from studio.gui.qt_graph_items import MARK_COLORS
+    rgb = {k: QColor(v).getRgb()[:3] for k, v in MARK_COLORS.items()}
+    close = [(a, b) for a in rgb for b in rgb if a < b and sum((x - y) ** 2 for x, y in zip(rgb[a], rgb[b])) ** 0.5 < 80]
+    assert close == []

@@ -269,3 +269,35 @@ def test_profile_selection_times_only_the_selection(qtbot, window):
     assert {owner(p.node_id, {"/fc1/Gemm"}) for p in w.profiling.profile.kernels} == {"/fc1/Gemm"}, \
         "the worker timed the selection's statements only"
     assert "1 of" in dock.coverage.text()
+
+
+def test_compare_shows_measured_time_per_scope(qtbot, window):
+    """Compare's table had bytes only. "Time both sides" profiles the two compared graphs (a side the
+    Timings dock already profiled in full is reused) and fills time before/after and their ratio."""
+    from studio.gui.compare import scope_rows
+    from studio.gui.qt_compare import NOT_TIMED, TABLE_COLUMNS
+    from studio.gui.ranking import candidates
+    w = window
+    report0 = _profile(qtbot, w, reps=3)                # step 0, profiled in full by the dock
+    s = w.session
+    t, m = next((t, m) for t, m in candidates(s.graph, None) if t.check(s.graph, m).ok)
+    assert w.apply_step(t.name, m.anchors, t.params())
+    win = w.show_compare()
+    col = {name: TABLE_COLUMNS.index(name) for name in ("time before", "time after", "time after / before")}
+    cells = lambda c: [win.table.item(r, c).text() for r in range(win.table.rowCount())]  # noqa: E731
+    assert all(x != NOT_TIMED for x in cells(col["time before"])), "step 0's profile is reused"
+    assert set(cells(col["time after"])) == {NOT_TIMED} and win.time_button.isEnabled()
+    before = w.profiling.measured[s.graph_at(0)]
+    assert before is report0
+    win.time_button.click()
+    assert w.profiling.busy, "only the current graph is timed: step 0 was"
+    qtbot.waitUntil(lambda: not w.profiling.busy, timeout=PROFILE_MS)
+    assert all(x != NOT_TIMED for x in cells(col["time after"])) and not win.time_button.isEnabled()
+    after = w.profiling.measured[s.graph]
+    rows = scope_rows(s.graph_at(0), s.graph, win._ledger(0), s.ledger,
+                      times_before={k.node_id: k.samples.median_s for k in before.kernels if k.ok},
+                      times_after={k.node_id: k.samples.median_s for k in after.kernels if k.ok})
+    assert abs(sum(r.time_after for r in rows) - after.total_s) <= 1e-9 * max(1.0, after.total_s)
+    assert abs(sum(r.time_before for r in rows) - before.total_s) <= 1e-9 * max(1.0, before.total_s)
+    assert all(x.endswith("×") for x in cells(col["time after / before"]) if x != NOT_TIMED)
+    win.close()
