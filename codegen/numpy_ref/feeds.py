@@ -2,8 +2,9 @@
 
 Floats are small normal values, optimizer moments non-negative, ``learning_rate``
 1e-3 and ``step`` 1, integer inputs 0/1 (valid class ids and masks), booleans
-random. The same seed gives the same feeds in any process, and each input's value depends on
-the seed and its name only, so ``names`` (a subset) gives the same values as the whole set.
+random. The same seed gives the same feeds in any process. ``names`` makes only those inputs
+(a profiling cutout needs a few, not every optimizer moment of the model), each drawn from its
+own stream keyed by the seed and its name: deterministic, but not the whole set's values.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from ir.graph import Graph
 
 
 def feeds_for(graph: Graph, seed: int = 0, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    only = set(graph.inputs if names is None else names)
+    only = None if names is None else set(names)
+    shared = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for name in graph.inputs:
-        if name in graph.values or name not in only:
+        if name in graph.values or (only is not None and name not in only):
             continue
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+        rng = shared if only is None else np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
         c = graph.containers[name]
         shape = c.concrete_shape(graph.bindings)
         dt = to_numpy(c.dtype)

@@ -10,8 +10,8 @@ selection" costs the selection.
 
 The recording run costs at most one NumPy step and no compiling: it runs only the kernels the
 recorded values depend on (the first layer's forward, for a first-layer selection). Without
-``feeds``, only the graph inputs that part reads are made (``feeds_for(..., names=)``: the
-same values the whole set would have), not every optimizer moment of the model. It reports
+``feeds``, only the graph inputs that part reads are made (``feeds_for(..., names=)``:
+deterministic values of the same kind), not every optimizer moment of the model. It reports
 ``on_progress(done, total)`` per kernel and stops with ``ProfileCancelled`` when ``cancel()``.
 """
 from __future__ import annotations

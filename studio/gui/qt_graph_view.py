@@ -195,7 +195,7 @@ class QtGraphView(QGraphicsView):
         self.levels, self._plate_text = plate_levels(placement, self.tree), {}
         self._apply_marks()
         self._apply_heat()
-        if self._fit_next:
+        if self._fit_next and self._sized():
             self._fit_next = False
             self.fit(readable=True)
         if self._center_on and (item := self.boxes.get(self.tree.visible(self._center_on, self.expanded))):
@@ -534,6 +534,13 @@ class QtGraphView(QGraphicsView):
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._place_legend()
+        if self._fit_next and self.placement is not None and self._sized():
+            self._fit_next = False                 # a first fit waits for the view's real size
+            self.fit(readable=True)
+
+    def _sized(self) -> bool:
+        """Shown at a real size: a fit before that (a window being built) zooms out to nothing."""
+        return self.isVisible() and self.viewport().width() >= 200 and self.viewport().height() >= 120
 
     def scrollContentsBy(self, dx: int, dy: int) -> None:
         super().scrollContentsBy(dx, dy)           # scrolling moves the viewport's child widgets too:

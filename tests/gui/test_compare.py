@@ -246,3 +246,13 @@ def test_every_mark_colour_is_told_apart():
     rgb = {k: QColor(v).getRgb()[:3] for k, v in MARK_COLORS.items()}
     close = [(a, b) for a in rgb for b in rgb if a < b and sum((x - y) ** 2 for x, y in zip(rgb[a], rgb[b])) ** 0.5 < 80]
     assert close == []
+
+
+def test_the_compare_views_fit_at_their_shown_size(compared):
+    """Before: the views fitted while the window was still being built (a viewport a few pixels wide),
+    so they opened at zoom 0.004 where a pointer covers three kernels. The first fit waits for the real size."""
+    _w, win = compared
+    for v in (win.left, win.right):
+        r, vp = v.scene().sceneRect(), v.viewport().rect()
+        fit = min(vp.width() / r.width(), vp.height() / r.height())
+        assert v.transform().m11() >= 0.9 * fit > 0.01
