@@ -58,17 +58,22 @@ def import_model(path: str | os.PathLike, *, bindings: Mapping[str, int] | None 
         opt_path = Path(optimizer) if optimizer else path.with_name("optimizer_model.onnx")
         if optimizer or opt_path.exists():
             opt_model = read_model(opt_path)
-    graph = import_proto(model, path=str(path), bindings=bindings, optimizer_model=opt_model)
+    graph = import_proto(model, path=str(path), bindings=bindings, optimizer_model=opt_model, copy=False)
     graph.meta["source"] = str(path)
     graph.meta["sha256"] = file_sha256(path)
     return graph
 
 
 def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mapping[str, int] | None = None,
-                 optimizer_model: ModelProto | None = None, name: str | None = None) -> Graph:
-    """Import an in-memory ModelProto (the file-level checks are the caller's)."""
-    work = ModelProto()
-    work.CopyFrom(model)
+                 optimizer_model: ModelProto | None = None, name: str | None = None, copy: bool = True) -> Graph:
+    """Import an in-memory ModelProto (the file-level checks are the caller's). The import edits
+    its proto: ``copy`` False lets it edit ``model`` itself (a model it read and owns: copying a
+    12-layer step holds the GIL for 0.2 s, freezing the studio that loads it)."""
+    if copy:
+        work = ModelProto()
+        work.CopyFrom(model)
+    else:
+        work = model
     kind = "forward"
     if has_accumulators(work):
         functionalize(work, optimizer_model, path)

@@ -451,7 +451,8 @@ class Session:
 
     def _new_oracle(self, feeds):
         from codegen.oracle import Oracle
-        return Oracle.of(self.graph_at(0), self._original_proto(), feeds)
+        original = self.model_path if self.model_path is not None and not self.training else self._original_proto()
+        return Oracle.of(self.graph_at(0), original, feeds)   # a file onnxruntime reads itself: no 350 MB copy
 
     def _original_proto(self):
         """The ONNX model the session's graph was imported from (None when opened from a graph)."""

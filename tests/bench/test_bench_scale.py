@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.probe import Gaps
 from tests.bench.scale_models import bert_stack, efficientnet_b0
 
 pytestmark = pytest.mark.bench
@@ -151,25 +152,6 @@ def test_session_apply_rank_undo_on_12_layers(expanded12):
     assert _p95(apply_ms) <= 100 and max(undo_ms) <= 20
 
 
-class _Gaps:
-    """The longest pause of the event loop: a 10 ms timer notes how late each tick comes."""
-
-    def __init__(self) -> None:
-        from PySide6.QtCore import QTimer
-        self.last, self.worst = time.perf_counter(), 0.0
-        self.timer = QTimer(interval=10)
-        self.timer.timeout.connect(self._tick)
-        self.timer.start()
-
-    def _tick(self) -> None:
-        now = time.perf_counter()
-        self.worst = max(self.worst, now - self.last)
-        self.last = now
-
-    def reset(self) -> None:
-        self.last, self.worst = time.perf_counter(), 0.0
-
-
 @pytest.fixture
 def window(make_window):
     w = make_window(autosave=False)
@@ -190,7 +172,7 @@ def test_studio_on_12_layers(qtbot, window, tmp_path):
 
     window.open_model(str(model))
     qtbot.waitUntil(lambda: window.session is not None and window.view.task is None, timeout=600_000)
-    gaps = _Gaps()
+    gaps = Gaps()
     replay_gap = {}
     show = window.set_session
 
