@@ -15,8 +15,9 @@ or revert, ``refresh`` greys the table, the roofline and the time heatmap with
 calibration recorded heavy load) measures the peaks again as a task and judges the last
 profile's measurements against them (``TimingReport.with_peaks``).
 
-"Profile selection" profiles a cutout: the worker runs one NumPy reference step, recording
-what the selected kernels read, then compiles and times only them (``codegen.timing.cutout``). Calibrating the peaks the first time on a machine happens in
+"Profile selection" profiles a cutout (``codegen.timing.cutout``): the task runs the part of the
+NumPy reference step the selection depends on, recording what the selected kernels read (progress
+and Cancel as it goes), and the worker compiles and times only them. Calibrating the peaks the first time on a machine happens in
 this process before the worker starts and cannot be interrupted (seconds; it is cached).
 """
 from __future__ import annotations
