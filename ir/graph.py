@@ -199,6 +199,17 @@ class Graph:
                 seen.setdefault(p.id, p)
         return list(seen.values())
 
+    def ancestors(self, idents: Iterable[str]) -> set[str]:
+        """``idents`` (kernel ids) and the ids of every kernel they depend on."""
+        seen: set[str] = set()
+        stack = list(idents)
+        while stack:
+            ident = stack.pop()
+            if ident not in seen:
+                seen.add(ident)
+                stack.extend(p.id for p in self.predecessors(self.nodes[ident]))
+        return seen
+
     def successors(self, node: ComputeNode) -> list[ComputeNode]:
         seen: dict[str, ComputeNode] = {}
         for m in node.outputs:

@@ -28,18 +28,18 @@ Perturb = Callable[[object, dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 def run(graph: Graph, feeds: Mapping[str, np.ndarray], *, outputs: Iterable[str] | None = None,
         check_shapes: bool = True, perturb: Perturb | None = None,
-        needed_only: bool = False, on_kernel: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
+        only: set[str] | None = None, on_kernel: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Execute ``graph`` on ``feeds``; return the requested outputs (default: graph outputs).
-    ``needed_only`` runs only the kernels those outputs depend on (a cutout's recording run);
+    ``only`` (kernel ids: e.g. ``graph.ancestors`` of the outputs' producers, a cutout's recording
+    run) runs just those kernels; graph inputs none of them reads need no feed;
     ``on_kernel(done, total)`` is called after each kernel (progress; it may raise to stop).
     ``perturb(node, inputs)`` may return replacement values for some of a kernel's inputs, seen by
     that kernel only (``codegen.oracle_sim`` simulates an fp32 implementation's rounding with it)."""
     wanted = list(outputs) if outputs is not None else list(graph.outputs)
     order = graph.topo_order()
     required = None
-    if needed_only:                                # unfed inputs nobody needs are no error
-        keep = needed_kernels(graph, wanted)
-        order = [n for n in order if n.id in keep]
+    if only is not None:                           # unfed inputs nobody needs are no error
+        order = [n for n in order if n.id in only]
         required = {m.container for n in order for m in n.inputs if m is not None} | set(wanted)
     env = _initial_env(graph, feeds, required)
     last_use = _last_uses(order, set(wanted))
@@ -83,19 +83,6 @@ def _initial_env(graph: Graph, feeds: Mapping[str, np.ndarray],
             raise ShapeError(f"input '{name}' has shape {tuple(arr.shape)}, expected {want}", None, graph)
         env[name] = arr
     return env
-
-
-def needed_kernels(graph: Graph, wanted: Iterable[str]) -> set[str]:
-    """The ids of the kernels the containers ``wanted`` depend on."""
-    keep: set[str] = set()
-    todo = [p for p in map(graph.producer, wanted) if p is not None]
-    while todo:
-        node = todo.pop()
-        if node.id in keep:
-            continue
-        keep.add(node.id)
-        todo += [p for m in node.inputs if m is not None and (p := graph.producer(m.container)) is not None]
-    return keep
 
 
 def _last_uses(order, keep: set[str]) -> dict[int, list[str]]:

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from codegen.numpy_ref.executor import needed_kernels, run as reference_run
+from codegen.numpy_ref.executor import run as reference_run
 from codegen.numpy_ref.feeds import feeds_for
 from ir.containers import Role
 from ir.errors import GraphError
@@ -46,8 +46,8 @@ def cutout(graph: Graph, kernels: Iterable[str], feeds: Mapping[str, np.ndarray]
     read = {c for n in chosen for c in _names(n.inputs)}
     outside = sorted(read - written)
     recorded = [c for c in outside if c not in graph.values and c not in graph.inputs]
+    upstream = graph.ancestors(p.id for c in recorded if (p := graph.producer(c)) is not None)
     if feeds is None:                              # only the inputs the recording run and the cutout read
-        upstream = needed_kernels(graph, recorded)
         reads = {c for k in upstream for c in _names(graph.nodes[k].inputs)} | read
         feeds = feeds_for(graph, names=[c for c in graph.inputs if c in reads])
     def each(done: int, total: int) -> None:
@@ -56,7 +56,7 @@ def cutout(graph: Graph, kernels: Iterable[str], feeds: Mapping[str, np.ndarray]
             raise ProfileCancelled("profiling cancelled while recording the selection's inputs")
         if on_progress is not None:
             on_progress(done, total)
-    values = dict(reference_run(graph, feeds, outputs=recorded, needed_only=True, on_kernel=each)) \
+    values = dict(reference_run(graph, feeds, outputs=recorded, only=upstream, on_kernel=each)) \
         if recorded else {}
     sub = Graph(f"{graph.name} (cutout of {len(chosen)} kernel{'s' if len(chosen) != 1 else ''})")
     sub.bindings, sub.opsets, sub.meta = dict(graph.bindings), dict(graph.opsets), dict(graph.meta)

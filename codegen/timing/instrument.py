@@ -42,7 +42,7 @@ def timed_step(prog: Program) -> str:
     g = prog.graph
     plan = function_plan(prog, prog.statements, list(g.outputs))
     params = ", ".join(["W", "B", "R", "T", "S", "P", "SKIP", "ERR"] + [prog.var(c) for c in g.inputs])
-    lines = ["import time as _time", "import numpy as _np", "", "", f"def _step_timed({params}):",
+    lines = ["import time as _time", "", "", f"def _step_timed({params}):",
              "    _ns = _time.perf_counter_ns"]
     used = {c for st in prog.statements for c in st.reads} | set(g.outputs)
     lines += [f"    {prog.var(c)} = W[{literal(prog.var(c))}]" for c in g.values if c in used and c not in g.inputs]

@@ -29,24 +29,12 @@ class Pass(Enum):
     OPTIMIZER = "optimizer"
 
 
-def _ancestors(graph: Graph, seeds: list[str]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(seeds)
-    while stack:
-        ident = stack.pop()
-        if ident in seen:
-            continue
-        seen.add(ident)
-        stack.extend(p.id for p in graph.predecessors(graph.nodes[ident]))
-    return seen
-
-
 def _forward(graph: Graph) -> set[str]:
     losses = [o for o in graph.outputs if graph.containers[o].role is Role.OUTPUT]
     if not losses or len(losses) == len(graph.outputs):
         return set(graph.nodes)
     seeds = [p.id for o in losses if (p := graph.producer(o)) is not None]
-    return _ancestors(graph, seeds)
+    return graph.ancestors(seeds)
 
 
 def _hyperparameter_feeders(graph: Graph, rest: list, forward: set[str], optimizer: set[str]) -> set[str]:
