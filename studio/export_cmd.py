@@ -39,7 +39,7 @@ def _inputs(graph, path: str | None) -> dict[str, np.ndarray]:
 
 def load_with_history(model: str, history: str | None, bind: list[str], *, original: bool = False):
     """The graph after replaying ``history`` (or as imported), and the history's steps; with
-    ``original=True`` also ``(imported graph, ONNX proto)`` for the oracle of the package's check."""
+    ``original=True`` also ``(imported graph, ONNX model: path or proto)`` for the oracle of the package's check."""
     from studio.cli import parse_bindings
     from studio.session import load_graph, load_original
     from transforms.history import check_model, load

@@ -80,10 +80,10 @@ def load_graph(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | N
 
 def load_original(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
                   optimizer: str | None = None, training: Mapping[str, Any] | None = None):
-    """``(graph, proto)``: the imported graph (as ``load_graph``) and the ONNX model it came from —
-    the file's, or the standard-ONNX training step generated from it — for ``codegen.oracle``."""
+    """``(graph, model)``: the imported graph (as ``load_graph``) and the ONNX model it came from for
+    ``codegen.oracle`` (``original_model``)."""
     if not training:
-        return import_model(model_path, bindings=bindings, optimizer=optimizer), read_model(model_path)
+        return import_model(model_path, bindings=bindings, optimizer=optimizer), original_model(model_path)
     from ir.onnx_import import import_proto
     from ir.onnx_load import file_sha256
     from transforms.autodiff import build_training_graph
@@ -91,6 +91,16 @@ def load_original(model_path: str | os.PathLike, *, bindings: Mapping[str, int] 
     graph = import_proto(proto, path=str(model_path), bindings=bindings, name=Path(model_path).stem + "-train")
     graph.meta.update(source=str(model_path), sha256=file_sha256(model_path), training="generated")
     return graph, proto
+
+
+def original_model(model_path: str | os.PathLike, training: Mapping[str, Any] | None = None):
+    """The model onnxruntime checks against: the file's own path (onnxruntime reads it itself, no
+    350 MB parse and re-serialization; the import already vetted its external data), or the
+    standard-ONNX training step generated from it."""
+    if not training:
+        return model_path
+    from transforms.autodiff import build_training_graph
+    return build_training_graph(read_model(model_path), **dict(training))
 
 
 def state_dir() -> Path:
@@ -451,17 +461,11 @@ class Session:
 
     def _new_oracle(self, feeds):
         from codegen.oracle import Oracle
-        original = self.model_path if self.model_path is not None and not self.training else self._original_proto()
-        return Oracle.of(self.graph_at(0), original, feeds)   # a file onnxruntime reads itself: no 350 MB copy
+        return Oracle.of(self.graph_at(0), self._original_model(), feeds)
 
-    def _original_proto(self):
-        """The ONNX model the session's graph was imported from (None when opened from a graph)."""
-        if self.model_path is None:
-            return None
-        if self.training:
-            from transforms.autodiff import build_training_graph
-            return build_training_graph(read_model(self.model_path), **dict(self.training))
-        return read_model(self.model_path)
+    def _original_model(self):
+        """``original_model`` of the session's model (None when opened from a graph)."""
+        return None if self.model_path is None else original_model(self.model_path, self.training)
 
     def validate(self, graph: Graph | None = None):
         """Compare the current graph (or ``graph``) run by the reference executor with the original
