@@ -4,6 +4,13 @@
 raises ``ModelImportError`` naming the file and saying what to do. External
 data must stay inside the model's folder: absolute paths, ``..`` escapes and
 symlinks that leave the folder are refused. Nothing is evaluated or unpickled.
+
+A file of ``PIECES_FROM`` bytes or more is parsed in pieces (``_parse_in_pieces``): the model
+without its graph, the graph without its initializers, then each initializer on its own. One
+protobuf parse holds the GIL for as long as it runs: 0.23-0.30 s for a 350 MB 12-layer step,
+which froze the studio loading it on a worker thread. In pieces, no call holds it longer than
+the largest tensor takes (a few ms). The result is the same message (tested); a file whose
+fields cannot be walked is parsed whole, so a corrupt file gets the usual error.
 """
 from __future__ import annotations
 
@@ -15,6 +22,11 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto
 
 from ir.errors import ModelImportError
+
+
+PIECES_FROM = 32 << 20
+_GRAPH, _INITIALIZER = 7, 5           # ModelProto.graph, GraphProto.initializer
+_LEN = 2                              # the length-delimited wire type
 
 
 def _fail(path: Path, message: str, hint: str) -> ModelImportError:
@@ -36,7 +48,8 @@ def read_model(path: str | os.PathLike) -> ModelProto:
         raise _fail(path, "the file is empty", "Re-export the model")
     model = ModelProto()
     try:
-        model.ParseFromString(blob)
+        if len(blob) < PIECES_FROM or not _parse_in_pieces(blob, model):
+            model.ParseFromString(blob)
     except (DecodeError, ValueError, RuntimeError) as e:
         raise _fail(path, f"not a valid ONNX protobuf ({type(e).__name__}: {str(e)[:80]}); "
                     "the file is corrupt, truncated or not ONNX", "Re-export or re-download the model") from None
@@ -45,6 +58,65 @@ def read_model(path: str | os.PathLike) -> ModelProto:
                     "the file is probably truncated or not an ONNX model", "Re-export the model")
     _load_external(model, path)
     return model
+
+
+def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while pos < end and shift < 70:
+        b = buf[pos]
+        value |= (b & 0x7F) << shift
+        pos += 1
+        if b < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("bad varint")
+
+
+def _fields(buf: memoryview, start: int, end: int) -> list[tuple[int, int, int, int, int]]:
+    """The fields of the message in ``buf[start:end]``: (number, wire type, start, payload start,
+    end); ValueError when they cannot be walked (groups, truncation)."""
+    out, pos = [], start
+    while pos < end:
+        tag, p = _varint(buf, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            q = _varint(buf, p, end)[1]
+        elif wire == 1:
+            q = p + 8
+        elif wire == 5:
+            q = p + 4
+        elif wire == _LEN:
+            n, p = _varint(buf, p, end)
+            q = p + n
+        else:
+            raise ValueError("group or unknown wire type")
+        if number == 0 or q > end:
+            raise ValueError("bad field")
+        out.append((number, wire, pos, p, q))
+        pos = q
+    return out
+
+
+def _parse_in_pieces(blob: bytes, model: ModelProto) -> bool:
+    """Parse ``blob`` into ``model`` piece by piece (see the module docstring); False, with ``model``
+    untouched, when its fields cannot be walked."""
+    buf = memoryview(blob)
+    try:
+        top = _fields(buf, 0, len(buf))
+        graphs = [f for f in top if f[0] == _GRAPH and f[1] == _LEN]
+        if len(graphs) != 1:
+            return False
+        inner = _fields(buf, graphs[0][3], graphs[0][4])
+    except ValueError:
+        return False
+    model.ParseFromString(b"".join(bytes(buf[s:e]) for n, w, s, _p, e in top if (n, w) != (_GRAPH, _LEN)))
+    model.graph.MergeFromString(b"".join(bytes(buf[s:e]) for n, w, s, _p, e in inner
+                                         if (n, w) != (_INITIALIZER, _LEN)))
+    initializers = model.graph.initializer
+    for n, w, _s, p, e in inner:
+        if (n, w) == (_INITIALIZER, _LEN):
+            initializers.add().MergeFromString(buf[p:e])
+    return True
 
 
 def _external_tensors(model: ModelProto):
