@@ -178,6 +178,10 @@ class Graph:
         ident = self._producer.get(container)
         return self.nodes[ident] if ident is not None else None
 
+    def producer_id(self, container: str) -> str | None:
+        """The id of the kernel writing ``container`` (None for inputs and weights)."""
+        return self._producer.get(container)
+
     def consumers(self, container: str) -> list[ComputeNode]:
         return [self.nodes[i] for i in self._consumers.get(container, [])]
 
@@ -199,15 +203,21 @@ class Graph:
                 seen.setdefault(p.id, p)
         return list(seen.values())
 
+    def predecessor_ids(self, node: ComputeNode) -> set[str]:
+        """The ids of the kernels writing ``node``'s inputs (``predecessors`` without building a list)."""
+        producer = self._producer
+        return {p for m in node.inputs if m is not None and (p := producer.get(m.container)) is not None}
+
     def ancestors(self, idents: Iterable[str]) -> set[str]:
         """``idents`` (kernel ids) and the ids of every kernel they depend on."""
         seen: set[str] = set()
         stack = list(idents)
+        nodes = self.nodes
         while stack:
             ident = stack.pop()
             if ident not in seen:
                 seen.add(ident)
-                stack.extend(p.id for p in self.predecessors(self.nodes[ident]))
+                stack.extend(self.predecessor_ids(nodes[ident]) - seen)
         return seen
 
     def successors(self, node: ComputeNode) -> list[ComputeNode]:

@@ -37,16 +37,25 @@ def _forward(graph: Graph) -> set[str]:
     return graph.ancestors(seeds)
 
 
-def _hyperparameter_feeders(graph: Graph, rest: list, forward: set[str], optimizer: set[str]) -> set[str]:
-    """Kernels depending on no forward kernel whose users are all optimizer kernels (``1 - beta1^t``)."""
+def _hyperparameter_feeders(rest: list, preds: dict[str, set[str]], forward: set[str],
+                            optimizer: set[str]) -> set[str]:
+    """Kernels depending on no forward kernel whose users are all optimizer kernels (``1 - beta1^t``).
+    ``rest`` are the kernels outside ``forward`` in graph order, ``preds`` their predecessors' ids; a
+    kernel of ``rest`` has all its users in ``rest`` (a user in ``forward`` would make it an ancestor
+    of the loss)."""
     touches_forward: set[str] = set()
+    users: dict[str, list[str]] = {n.id: [] for n in rest}
     for node in rest:
-        if any(p.id in forward or p.id in touches_forward for p in graph.predecessors(node)):
+        p = preds[node.id]
+        if not p.isdisjoint(forward) or not p.isdisjoint(touches_forward):
             touches_forward.add(node.id)
+        for q in p:
+            if q in users:
+                users[q].append(node.id)
     out = set(optimizer)
     for node in reversed(rest):
-        succ = graph.successors(node)
-        if node.id not in touches_forward and succ and all(s.id in out for s in succ):
+        u = users[node.id]
+        if node.id not in touches_forward and u and all(x in out for x in u):
             out.add(node.id)
     return out
 
@@ -54,13 +63,13 @@ def _hyperparameter_feeders(graph: Graph, rest: list, forward: set[str], optimiz
 def classify(graph: Graph) -> dict[str, Pass]:
     """``node id -> Pass`` for every kernel (see the module docstring)."""
     forward = _forward(graph)
-    order = [n for n in graph.nodes.values() if n.id not in forward]
+    rest = [n for n in graph.nodes.values() if n.id not in forward]      # topological
+    preds = {n.id: graph.predecessor_ids(n) for n in rest}
     state = {c.name for c in graph.containers.values() if c.role is Role.OPTIMIZER_STATE}
     optimizer: set[str] = set()
-    for node in order:                              # topological: seeds and their descendants
-        reads = {m.container for m in node.inputs if m is not None}
-        if reads & state or any(p.id in optimizer for p in graph.predecessors(node)):
+    for node in rest:                               # seeds and their descendants
+        if any(m is not None and m.container in state for m in node.inputs) or not preds[node.id].isdisjoint(optimizer):
             optimizer.add(node.id)
-    optimizer = _hyperparameter_feeders(graph, order, forward, optimizer)
+    optimizer = _hyperparameter_feeders(rest, preds, forward, optimizer)
     return {ident: (Pass.FORWARD if ident in forward else Pass.OPTIMIZER if ident in optimizer else Pass.BACKWARD)
             for ident in graph.nodes}

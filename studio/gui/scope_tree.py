@@ -88,10 +88,13 @@ class _Raw:
         self.label: dict[str, str] = {ROOT: graph.name}
         self.parent: dict[str, str] = {}             # kernel -> its raw group
         self.leaf_label: dict[str, str] = {}
+        known: dict[tuple[str, ...], str] = {}       # scope path -> its group (most kernels share one)
         for node in graph.nodes.values():
             path, leaf = scope_path(node.name or node.id)
             self.leaf_label[node.id] = leaf
-            key = self._group_for(path)
+            key = known.get(path)
+            if key is None:
+                key = known[path] = self._group_for(path)
             self.parent[node.id] = key
             self.children[key].append(node.id)
 
@@ -257,15 +260,15 @@ class ScopeTree:
     # --- edges --------------------------------------------------------------------------
     def _aggregate(self, graph: Graph, old: "ScopeTree | None") -> None:
         """Aggregated edges; those with both ends in one reused fragment are the old ones."""
-        inside = self._inside
+        inside, chain, producer_id = self._inside, self.chain, graph.producer_id
         for node in graph.nodes.values():
             f = inside.get(node.id)
             for m in node.inputs:
-                if m is None or (p := graph.producer(m.container)) is None or p.id == node.id:
+                if m is None or (p := producer_id(m.container)) is None or p == node.id:
                     continue
-                if f is not None and inside.get(p.id) == f:
+                if f is not None and inside.get(p) == f:
                     continue
-                a, b = self.chain[p.id] + (p.id,), self.chain[node.id] + (node.id,)
+                a, b = chain[p] + (p,), chain[node.id] + (node.id,)
                 k = 0
                 while k < min(len(a), len(b)) and a[k] == b[k]:
                     k += 1
