@@ -192,8 +192,9 @@ class Session:
         return Metrics(t.bytes, t.bytes_read, t.bytes_written, lower_bound(self.graph), t.flops,
                        len(self.graph.nodes))
 
-    def peak_bytes(self) -> int:
-        return peak_bytes(self.graph)
+    def peak_bytes(self, graph: Graph | None = None) -> int:
+        """Peak memory of the current graph (or of ``graph``; safe on a worker thread)."""
+        return peak_bytes(self.graph if graph is None else graph)
 
     def trend(self) -> list[int]:
         """Bytes moved after 0, 1, … ``cursor`` steps (for the trend plot)."""

@@ -168,6 +168,7 @@ class QtMovementDock(QDockWidget):
         super().__init__("Data movement", parent)
         self.setObjectName("dock.movement")
         self.summary = QtTextLine(rich=True)
+        self._figures, self._peak = None, None
         self.summary.set_text("no model")
         self.model = QtKernelModel()
         self.table = QTableView()
@@ -192,19 +193,34 @@ class QtMovementDock(QDockWidget):
         self._syncing = False
         self.table.selectionModel().selectionChanged.connect(self._on_rows)
 
-    def set_figures(self, graph: Graph, ledger: Ledger, bound: int, peak: int, trend: list[int], cursor: int) -> None:
-        t = ledger.total
-        ratio = t.bytes / bound if bound else 0.0
-        self.summary.set_text(
-            f"<b>moved</b> {human_bytes(t.bytes)} &nbsp; <b>bound</b> {human_bytes(bound)} &nbsp; "
-            f"<b>moved/bound</b> {ratio:.2f}× &nbsp; <b>FLOPs</b> {human_count(t.flops)} &nbsp; "
-            f"<b>peak memory</b> {human_bytes(peak)} &nbsp; <b>kernels</b> {len(graph.nodes)}")
+    def set_figures(self, graph: Graph, ledger: Ledger, bound: int, peak: int | None, trend: list[int],
+                    cursor: int) -> None:
+        """Show ``graph``'s figures; a ``peak`` of None reads "…" until ``set_peak`` brings it."""
+        self._figures = (graph, ledger, bound)
+        self._peak = peak
+        self._summarize()
         self._syncing = True
         try:
             self.model.set_graph(graph, ledger)
         finally:
             self._syncing = False
         self.trend.set_trend(trend, bound, cursor)
+
+    def set_peak(self, graph: Graph, peak: int) -> None:
+        """The peak memory of ``graph``, computed off the GUI thread (ignored once another graph shows)."""
+        if self._figures is not None and self._figures[0] is graph:
+            self._peak = peak
+            self._summarize()
+
+    def _summarize(self) -> None:
+        graph, ledger, bound = self._figures
+        t = ledger.total
+        ratio = t.bytes / bound if bound else 0.0
+        peak = "…" if self._peak is None else human_bytes(self._peak)
+        self.summary.set_text(
+            f"<b>moved</b> {human_bytes(t.bytes)} &nbsp; <b>bound</b> {human_bytes(bound)} &nbsp; "
+            f"<b>moved/bound</b> {ratio:.2f}× &nbsp; <b>FLOPs</b> {human_count(t.flops)} &nbsp; "
+            f"<b>peak memory</b> {peak} &nbsp; <b>kernels</b> {len(graph.nodes)}")
 
     def select_ids(self, ids: list[str]) -> None:
         self._syncing = True

@@ -38,6 +38,10 @@ class QtRanker(QObject):
 
     def schedule(self, delay_ms: int | None = None) -> None:
         self._mark()
+        w = self.parent()
+        if self.task is not None and (w.session is None or self.task.context["graph"] is not w.session.graph):
+            self.task.cancel()       # it ranks a graph no longer shown: stop sharing the GIL with the paint
+            self.task = None
         self.timer.start(self.delay_ms if delay_ms is None else delay_ms)
 
     def _mark(self) -> None:
