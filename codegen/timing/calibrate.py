@@ -73,6 +73,19 @@ def spread(samples: list[float]) -> float:
     return ordered[len(ordered) // 2] / ordered[0] - 1.0
 
 
+def cache_bytes() -> int:
+    """The size of this CPU's largest (last-level) cache, from Linux sysfs; 0 when unknown."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = f.read_text(encoding="utf-8").strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            sizes.append(int(text.rstrip("KMG")) * scale)
+        except (OSError, ValueError):
+            continue
+    return max(sizes, default=0)
+
+
 def fingerprint(threads: int) -> str:
     cpu = platform.processor() or ""
     try:

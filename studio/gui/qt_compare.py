@@ -83,9 +83,11 @@ class QtCompareWindow(QWidget):
         split.addWidget(self.right)
         split.setSizes([1 << 16, 1 << 16])           # two equal halves whatever the views' size hints
         self.table.setObjectName("compare.scopes")
-        self.table.setHorizontalHeaderLabels(TABLE_COLUMNS)
+        self.table.setHorizontalHeaderLabels([c.replace(" ", "\n", 1) if c != "scope" else c for c in TABLE_COLUMNS])
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()     # two-line headers, columns as wide as they need: none is cut
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         rows = QSplitter(Qt.Orientation.Vertical, self)
         rows.addWidget(split)

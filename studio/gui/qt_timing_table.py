@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 from studio.gui.qt_kernel_tables import QtRowsModel
-from studio.gui.timings import OVER_PEAK, TimingReport, bound_kind, human_seconds
+from studio.gui.timings import OVER_PEAK, TimingReport, bound_kind, human_seconds, over_peak
 
 COLUMNS = ("kernel", "kind", "median", "min", "max", "CV", "GB/s", "% peak BW", "GFLOP/s", "roofline eff.",
            "bound", "share", "error")
@@ -27,8 +27,10 @@ def row_of(report: TimingReport, k) -> tuple:
     if not k.ok:
         return (k.node_id, k.kind) + (None,) * 10 + (k.error or "failed",)
     s = k.samples
-    return (k.node_id, k.kind, s.median_s, s.min_s, s.max_s, s.cv, k.gbps, k.pct_peak_bw, k.gflops,
-            k.efficiency, bound_kind(k), report.share(k), "")
+    view = k.kind == "view"                    # an alias: no data moves at run time, no roof applies
+    return (k.node_id, k.kind, s.median_s, s.min_s, s.max_s, s.cv, None if view else k.gbps,
+            None if view else k.pct_peak_bw, k.gflops, None if view else k.efficiency,
+            "view" if view else bound_kind(k), report.share(k), "")
 
 
 class QtTimingModel(QtRowsModel):
@@ -42,12 +44,14 @@ class QtTimingModel(QtRowsModel):
         self.labels: dict[str, str] = {}
         self.statements: dict[str, list[str]] = {}
         self.stale = False
+        self.over: set[str] = set()           # kernels above the roof that only low peaks explain
         self.order = (2, DESC)
 
     def set_report(self, report: TimingReport | None) -> None:
         self.beginResetModel()
         kernels = report.kernels if report is not None else []
         self.rows = [row_of(report, k) for k in kernels]
+        self.over = {k.node_id for k in over_peak(report)} if report is not None else set()
         self.labels = {k.node_id: k.label for k in kernels}
         self.statements = {k.node_id: k.extra.get("statements", []) for k in kernels}
         self.stale = False
@@ -77,7 +81,7 @@ class QtTimingModel(QtRowsModel):
         if role == Qt.ItemDataRole.ForegroundRole:
             if self.stale:
                 return QColor("#9a9a9a")
-            if row[ERROR] or (c == 9 and row[9] is not None and row[9] > OVER_PEAK):
+            if row[ERROR] or (c == 9 and row[0] in self.over):
                 return QColor("#c62828")                # failed, or faster than the calibrated roof
             return None
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -93,9 +97,14 @@ class QtTimingModel(QtRowsModel):
             parts.append("profiled as: " + ", ".join(stmts))
         if row[ERROR]:
             parts.append(f"failed: {row[ERROR]}")
-        if row[9] is not None and row[9] > OVER_PEAK:
+        if row[0] in self.over:
             parts.append(f"{100 * row[9]:.0f} % of the roofline: faster than the calibrated peaks allow, so they "
                          "were measured low (Recalibrate in the Timings dock)")
+        elif row[9] is not None and row[9] > OVER_PEAK:
+            parts.append(f"{100 * row[9]:.0f} % of the DRAM roof: its data fits the CPU's last-level cache, "
+                         "where each repetition finds it (the triad roof models DRAM)")
+        if row[1] == "view":
+            parts.append("a view: no data moves at run time, so no roof applies")
         if self.stale:
             parts.append("stale: the graph changed since this profile")
         return "\n".join(parts)

@@ -20,7 +20,8 @@ ImageMagick's ``import -window root`` at four moments:
 - ``compare.png``: the Compare window after the bundled history (reshape elimination,
   expansion, fusions): the original graph beside the optimized one, merged (purple), added
   and changed kernels marked, a fused kernel hovered on the right with the originals it was
-  made from highlighted on the left, and the before/after table per scope.
+  made from highlighted on the left, and the before/after table per scope with the time of each
+  side measured ("Time both sides").
 
 Exit code 0 when all seven files were written.
 """
@@ -172,6 +173,9 @@ def _shoot_compare(app, w, out: Path) -> None:
     cmp.raise_()
     _wait(app, lambda: cmp.left.placement is not None and cmp.right.placement is not None
           and cmp.left.placement.exact and cmp.right.placement.exact)
+    cmp.time_both()                               # measured time per scope, both sides
+    _wait(app, lambda: not w.profiling.busy, timeout_s=900)
+    cmp.raise_()
     cmp.left.fit(readable=True)
     s = w.session
     fused = max((i for i in s.graph.nodes if i in cmp.right.boxes), key=lambda i: len(s.origins(i)))

@@ -18,6 +18,8 @@ returns the same graph object, so the report is current again.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -148,9 +150,25 @@ def bound_kind(k) -> str:
     return "compute" if k.bytes and k.flops / k.bytes >= ridge else "memory"
 
 
-def over_peak(report: TimingReport) -> list:
-    """The kernels measured faster than the calibrated roofline allows (efficiency > ``OVER_PEAK``)."""
-    return [k for k in report.kernels if k.ok and k.efficiency > OVER_PEAK]
+@lru_cache(maxsize=1)
+def _cache() -> int:
+    from codegen.timing.calibrate import cache_bytes
+    return cache_bytes()
+
+
+def in_cache(k, cache: int | None = None) -> bool:
+    """Memory-bound kernel ``k`` moves no more than the last-level cache holds: its repetitions find
+    their data in the cache, so it may run faster than the DRAM triad (the roof) allows."""
+    cache = _cache() if cache is None else cache
+    return bool(cache) and bound_kind(k) == "memory" and k.bytes <= cache
+
+
+def over_peak(report: TimingReport, cache: int | None = None) -> list:
+    """The kernels measured faster than the calibrated roofline allows (efficiency > ``OVER_PEAK``),
+    which only peaks measured low explain. Not views (an alias: no data moves at run time, whatever
+    bytes the model counts) and not memory-bound kernels whose data fits the cache (``in_cache``)."""
+    return [k for k in report.kernels if k.ok and k.kind != "view" and k.efficiency > OVER_PEAK
+            and not in_cache(k, cache)]
 
 
 def trust_note(report: TimingReport | None) -> str:

@@ -3,6 +3,7 @@ opened against step 0 after a few applies, its marks equal the diff, selection a
 from __future__ import annotations
 
 import pytest
+from PySide6.QtWidgets import QTableWidgetItem
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QMouseEvent, QTransform, QWheelEvent
 from PySide6.QtWidgets import QApplication
@@ -142,6 +143,21 @@ def test_compare_marks_equal_the_diff(compared):
     marked = {k for k, item in win.right.boxes.items() if "added" in item.marks}   # drawn on visible boxes
     assert marked == {win.right.tree.visible(i, win.right.expanded) for i in d.added}
     assert w.actions_.compare.isEnabled() and w.actions_.compare in w.actions()    # menu and palette
+
+
+def test_no_table_header_is_cut(qtbot, compared):
+    """Before: "ytes after / befor" and "me after / befor" at the window's default size."""
+    _w, win = compared
+    win.resize(1400, 800)
+    win.table.setItem(0, 7, QTableWidgetItem("123.45 ms"))     # a measured time: its column widens to it
+    qtbot.wait(50)
+    header = win.table.horizontalHeader()
+    metrics = header.fontMetrics()
+    for c in range(win.table.columnCount()):
+        for line in win.table.horizontalHeaderItem(c).text().splitlines():
+            assert header.sectionSize(c) >= metrics.horizontalAdvance(line) + 8, f"{line!r} is cut"
+    assert header.sectionSize(7) >= win.table.fontMetrics().horizontalAdvance("123.45 ms") + 4
+    assert header.length() <= win.table.viewport().width() + 2, "the columns fit without scrolling"
 
 
 def test_selection_is_mirrored_by_id_or_scope_group(qtbot, compared):

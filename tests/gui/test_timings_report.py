@@ -85,3 +85,24 @@ def test_formatting():
     ab = ABResult(Samples.of([2_000_000] * 4), Samples.of([1_000_000] * 4), 2.0, 0.05, {})
     assert describe_ab(0, 3, ab) == ("A/B step 0 → step 3: 2.000 (after is 2.00× faster) · median 2 ms → 1 ms · "
                                      "pair spread 5.0 % over 4 pairs")
+
+
+def test_only_what_low_peaks_explain_counts_as_above_the_roof():
+    """A view moves nothing at run time and a memory-bound kernel whose bytes fit the last-level cache
+    is fed from it on every repetition: neither says the peaks were measured low (the bundled example
+    showed "104 kernels above the calibrated roof, up to 76383 %", all views and cache-sized kernels)."""
+    from dataclasses import replace
+
+    from studio.gui.timings import in_cache, over_peak
+    mb = 1 << 20
+    fast = [1000] * 5                                        # 1 µs: 1 MB/µs = 1 TB/s, 50× the 20 GB/s roof
+    view = replace(_k("alias", fast, bytes_=mb, flops=0), kind="view")
+    small = _k("small", fast, bytes_=mb, flops=0)            # memory-bound, fits a 32 MB cache
+    big = _k("big", [50_000_000] * 5, bytes_=64 * mb, flops=0)     # 64 MB at 1.3 GB/s: under the roof
+    huge = _k("huge", fast, bytes_=64 * mb, flops=0)         # 64 MB in 1 µs: only low peaks explain it
+    gemm = _k("gemm", [1000] * 5, bytes_=mb, flops=10 ** 9)  # 1 TFLOP/s against 100 GFLOP/s: compute-bound
+    r = TimingReport([view, small, big, huge, gemm], 0, 0, peaks=PEAKS)
+    assert all(k.efficiency > 1.05 for k in (view, small, huge, gemm))
+    assert in_cache(small, 32 * mb) and not in_cache(huge, 32 * mb) and not in_cache(gemm, 32 * mb)
+    assert [k.node_id for k in over_peak(r, cache=32 * mb)] == ["huge", "gemm"]
+    assert [k.node_id for k in over_peak(r, cache=0)] == ["small", "huge", "gemm"]     # cache unknown
