@@ -27,8 +27,10 @@ Both are sweeps over start/end events: O(containers + kernels).
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ir import expr as E
 from ir import fused_ops, lowering
@@ -58,7 +60,14 @@ def schedule(graph: Graph) -> list[ComputeNode]:
 
 
 def lifetimes(graph: Graph, order: Sequence[ComputeNode] | None = None) -> dict[str, Lifetime]:
-    """Lifetime of every used container (see the module docstring)."""
+    """Lifetime of every used container (see the module docstring); built once per graph inside
+    ``holding(graph)`` when ``order`` is the default schedule (do not edit the result)."""
+    if order is None:
+        held = _held.get()
+        if held is not None and held[0] is graph:
+            if "lifetimes" not in held[1]:
+                held[1]["lifetimes"] = lifetimes(graph, schedule(graph))
+            return held[1]["lifetimes"]
     order = schedule(graph) if order is None else order
     last = len(order)
     start: dict[str, int] = {}
@@ -315,3 +324,30 @@ def arena_bytes(graph: Graph) -> int:
 __all__ = ["Lifetime", "Sharing", "VIEW_OPS", "arena_bytes", "buffer_groups", "buffer_size", "buffers",
            "buffers_to_text", "inplace_reason", "is_plannable", "lifetimes", "live_profile",
            "peak_bytes", "read_buffers", "schedule", "write_buffers"]
+
+
+# --- one analysis per unchanging graph ------------------------------------------------------
+
+_held: ContextVar[tuple[Graph, dict] | None] = ContextVar("ir_memory_held", default=None)
+
+
+@contextmanager
+def holding(graph: Graph) -> Iterator[None]:
+    """While this block runs (in this thread), ``sharing(graph)`` and ``lifetimes(graph)`` of this very
+    graph object are built once: the caller promises ``graph`` does not change meanwhile (a session's committed state,
+    ranked by a worker). Other graphs, such as the copies a trial rewrite edits, are unaffected."""
+    token = _held.set((graph, {}))
+    try:
+        yield
+    finally:
+        _held.reset(token)
+
+
+def sharing(graph: Graph) -> Sharing:
+    """``Sharing(graph)``, or the one already built for ``graph`` inside ``holding(graph)``."""
+    held = _held.get()
+    if held is None or held[0] is not graph:
+        return Sharing(graph)
+    if "sharing" not in held[1]:
+        held[1]["sharing"] = Sharing(graph)
+    return held[1]["sharing"]

@@ -135,7 +135,7 @@ class MemoryReuse(Transformation):
         if self.first or self.second:
             yield from self._pair_matches(graph, within)
             return
-        sh = Sharing(graph)
+        sh = memory.sharing(graph)
         owner = _owner(memory.read_buffers(graph))
         free = [n for n in sh.lives if memory.is_plannable(graph, n) and n not in owner]
         if within is None and len(free) > 1:
@@ -153,7 +153,7 @@ class MemoryReuse(Transformation):
         if self.first or self.second:
             return self._pair_plan(graph, match)
         if not match.anchors:
-            sh = Sharing(graph)
+            sh = memory.sharing(graph)
             before = memory.read_buffers(graph)
             plan = greedy_plan(sh)
             if plan == {b: ms for b, ms in before.items() if len(ms) > 1}:
@@ -177,7 +177,7 @@ class MemoryReuse(Transformation):
         producers = tuple(p.id for p in (graph.producer(x), graph.producer(y)) if p is not None)
         if tuple(match.anchors) != producers:
             return fail(f"anchors {list(match.anchors)} are not the producers {list(producers)} of '{x}', '{y}'")
-        sh = Sharing(graph)
+        sh = memory.sharing(graph)
         table = memory.read_buffers(graph)
         owner = _owner(table)
         if y in owner:
@@ -232,7 +232,7 @@ def _inplace_plan(graph: Graph, anchor: str) -> Table | MatchResult:
     node = graph.nodes.get(anchor)
     if node is None:
         return fail(f"no node '{anchor}'", anchor)
-    sh = Sharing(graph)
+    sh = memory.sharing(graph)
     table = memory.read_buffers(graph)
     pos, used, reasons = sh.position[node.id], set(), []
     outs = [m.container for m in node.outputs if m is not None and memory.is_plannable(graph, m.container)]

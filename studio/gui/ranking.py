@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+from ir import memory
 from ir.graph import Graph
 from ir.movement import Estimate
 from ir.printer import node_to_text
@@ -47,6 +48,12 @@ def rank_groups(graph: Graph, selection: Iterable[str] | None, viewport: Iterabl
     are not ranked again."""
     token = token or CancelToken()
     index = MatchIndex(graph) if index is None else index
+    with memory.holding(graph):                  # one lifetime analysis for every memory_reuse check
+        return _rank_groups(graph, selection, viewport, token, progress, on_group, index)
+
+
+def _rank_groups(graph: Graph, selection, viewport, token: CancelToken, progress: Progress, on_group,
+                 index: MatchIndex) -> dict[str, list[engine.Ranked]]:
     seen: set[tuple] = set()
     out: dict[str, list[engine.Ranked]] = {}
     for label, ids in zip(GROUPS, (selection, viewport, None)):

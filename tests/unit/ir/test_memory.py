@@ -149,3 +149,15 @@ def test_dtypes_change_bytes():
     g = import_proto(model([helper.make_node("Relu", ["x"], ["y"], name="r")],
                            [vi("x", [10], TensorProto.FLOAT16)], [vi("y", [10], TensorProto.FLOAT16)]))
     assert memory.peak_bytes(g) == 2 * 10 * 2
+
+
+def test_holding_a_graph_builds_its_analyses_once_and_only_for_that_graph():
+    g, other = _chain(), _chain()
+    assert memory.sharing(g) is not memory.sharing(g)              # outside: a fresh analysis each time
+    with memory.holding(g):
+        sh, lives = memory.sharing(g), memory.lifetimes(g)
+        assert memory.sharing(g) is sh and memory.lifetimes(g) is lives
+        assert memory.sharing(other) is not memory.sharing(other)  # a copy a trial rewrite edits: fresh
+        assert memory.lifetimes(g, memory.schedule(g)) is not lives  # an explicit order: computed
+        assert lives == memory.lifetimes(g, memory.schedule(g))
+    assert memory.lifetimes(g) is not lives and memory.sharing(g) is not sh
