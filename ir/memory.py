@@ -63,12 +63,7 @@ def lifetimes(graph: Graph, order: Sequence[ComputeNode] | None = None) -> dict[
     """Lifetime of every used container (see the module docstring); built once per graph inside
     ``holding(graph)`` when ``order`` is the default schedule (do not edit the result)."""
     if order is None:
-        held = _held.get()
-        if held is not None and held[0] is graph:
-            if "lifetimes" not in held[1]:
-                held[1]["lifetimes"] = lifetimes(graph, schedule(graph))
-            return held[1]["lifetimes"]
-    order = schedule(graph) if order is None else order
+        return _once(graph, "lifetimes", lambda: lifetimes(graph, schedule(graph)))
     last = len(order)
     start: dict[str, int] = {}
     end: dict[str, int] = {}
@@ -345,9 +340,14 @@ def holding(graph: Graph) -> Iterator[None]:
 
 def sharing(graph: Graph) -> Sharing:
     """``Sharing(graph)``, or the one already built for ``graph`` inside ``holding(graph)``."""
+    return _once(graph, "sharing", lambda: Sharing(graph))
+
+
+def _once(graph: Graph, what: str, make):
+    """``make()``, kept under ``what`` while ``graph`` is held (see ``holding``)."""
     held = _held.get()
     if held is None or held[0] is not graph:
-        return Sharing(graph)
-    if "sharing" not in held[1]:
-        held[1]["sharing"] = Sharing(graph)
-    return held[1]["sharing"]
+        return make()
+    if what not in held[1]:
+        held[1][what] = make()
+    return held[1][what]

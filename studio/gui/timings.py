@@ -18,9 +18,8 @@ returns the same graph object, so the report is current again.
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable, Mapping
 
 from codegen.timing.stats import EXPANDED, KernelTiming, Samples, owner  # noqa: F401 (owner: re-exported)
