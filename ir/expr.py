@@ -68,8 +68,8 @@ UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "t
              "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1")
 BINARY_OPS = ("add", "sub", "mul", "div", "pow", "max", "min", "and", "or", "xor", "eq", "ne",
               "lt", "le", "gt", "ge", "mod", "fmod", "floordiv")
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
-          "le": "<=", "gt": ">", "ge": ">=", "mod": "%", "floordiv": "//"}
+INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
+         "le": "<=", "gt": ">", "ge": ">=", "mod": "%", "floordiv": "//"}
 
 
 # --- construction helpers (terse builders used by lowering rules) ---------------------------
@@ -226,136 +226,32 @@ def bounds(e: Expr, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
 
 # --- printers -------------------------------------------------------------------------------
 
-def _literal(value: Scalar, dtype: str, style: str) -> str:
+def _literal(value: Scalar, dtype: str) -> str:
     if dtype == "bool":
-        return {"py": str(bool(value)), "c": "true" if value else "false"}.get(style, str(bool(value)))
+        return str(bool(value))
     if dtype in dtypes.FLOAT_TYPES:
         f = float(value)
         if math.isinf(f):
-            base = {"c": "INFINITY", "py": "math.inf"}.get(style, "np.inf")
-            return base if f > 0 else "-" + base
-        if math.isnan(f):
-            return {"c": "NAN", "py": "math.nan"}.get(style, "np.nan")
-        text = repr(f)
-        return text + "f" if style == "c" and dtype == "float32" else text
+            return "np.inf" if f > 0 else "-np.inf"
+        return "np.nan" if math.isnan(f) else repr(f)
     return str(int(value))
 
 
-def _printer(e: Expr, style: str, names: Mapping[str, str]) -> str:
-    rec = lambda x: _printer(x, style, names)  # noqa: E731
-    if isinstance(e, Var):
-        return names.get(e.name, e.name)
-    if isinstance(e, Const):
-        return _literal(e.value, e.dtype, style)
-    if isinstance(e, Un):
-        return _UNARY_FMT[style](e.op, rec(e.a))
-    if isinstance(e, Bin):
-        return _BINARY_FMT[style](e.op, rec(e.a), rec(e.b))
-    if isinstance(e, Select):
-        a, b, cnd = rec(e.a), rec(e.b), rec(e.cond)
-        return {"np": f"np.where({cnd}, {a}, {b})", "py": f"({a} if {cnd} else {b})",
-                "c": f"({cnd} ? {a} : {b})", "text": f"select({cnd}, {a}, {b})"}[style]
-    inner = rec(e.a)
-    return {"np": f"({inner}).astype(np.{dtypes.to_numpy(e.dtype).name})",
-            "py": f"np.{dtypes.to_numpy(e.dtype).name}({inner})",
-            "c": f"(({_C_TYPES.get(e.dtype, 'float')})({inner}))",
-            "text": f"{e.dtype}({inner})"}[style]
-
-
-_C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
-            "int32": "int", "int64": "long long", "bool": "bool", "int8": "signed char",
-            "uint8": "unsigned char"}
-_NP_FN = {"neg": "np.negative", "not": "np.logical_not", "recip": "np.reciprocal",
-          "erf": "_erf", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
-          "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh"}
-_PY_FN = {"abs": "abs", "sign": "np.sign", "isnan": "math.isnan", "isinf": "math.isinf",
-          "round": "np.round", "floor": "math.floor", "ceil": "math.ceil"}
-_C_FN = {"abs": "fabsf", "sign": "copysignf(1.0f, {a}) * ({a} != 0.0f)", "isnan": "isnan",
-         "isinf": "isinf", "round": "rintf", "not": "!", "neg": "-"}
-
-
-def _un_np(op: str, a: str) -> str:
-    if op == "neg":
-        return f"(-{a})"
-    if op == "not":
-        return f"(~{a})"
-    return f"{_NP_FN.get(op, 'np.' + op)}({a})"
-
-
-def _un_py(op: str, a: str) -> str:
-    if op == "neg":
-        return f"(-{a})"
-    if op == "not":
-        return f"(not {a})"
-    if op == "recip":
-        return f"(1.0 / {a})"
-    return f"{_PY_FN.get(op, 'math.' + op)}({a})"
-
-
-def _un_c(op: str, a: str) -> str:
-    if op in ("neg", "not"):
-        return f"({_C_FN[op]}{a})"
-    if op == "recip":
-        return f"(1.0f / {a})"
-    if op == "sign":
-        return "(" + _C_FN["sign"].format(a=a) + ")"
-    return f"{_C_FN.get(op, op + 'f')}({a})"
-
-
-def _un_text(op: str, a: str) -> str:
-    return f"(-{a})" if op == "neg" else f"{op}({a})"
-
-
-def _bin_np(op: str, a: str, b: str) -> str:
-    if op in _INFIX:
-        return f"({a} {_INFIX[op]} {b})"
-    return {"pow": f"np.power({a}, {b})", "max": f"np.maximum({a}, {b})",
-            "min": f"np.minimum({a}, {b})", "and": f"({a} & {b})", "or": f"({a} | {b})",
-            "xor": f"({a} ^ {b})", "fmod": f"np.fmod({a}, {b})"}[op]
-
-
-def _bin_py(op: str, a: str, b: str) -> str:
-    if op in _INFIX:
-        return f"({a} {_INFIX[op]} {b})"
-    return {"pow": f"({a} ** {b})", "max": f"max({a}, {b})", "min": f"min({a}, {b})",
-            "and": f"({a} and {b})", "or": f"({a} or {b})", "xor": f"({a} != {b})",
-            "fmod": f"math.fmod({a}, {b})"}[op]
-
-
-def _bin_c(op: str, a: str, b: str) -> str:
-    if op in _INFIX and op not in ("mod", "floordiv"):
-        return f"({a} {_INFIX[op]} {b})"
-    return {"pow": f"powf({a}, {b})", "max": f"fmaxf({a}, {b})", "min": f"fminf({a}, {b})",
-            "and": f"({a} && {b})", "or": f"({a} || {b})", "xor": f"({a} != {b})",
-            "mod": f"({a} % {b})", "fmod": f"fmodf({a}, {b})", "floordiv": f"({a} / {b})"}[op]
-
-
-def _bin_text(op: str, a: str, b: str) -> str:
-    return f"({a} {_INFIX[op]} {b})" if op in _INFIX else f"{op}({a}, {b})"
-
-
-_UNARY_FMT = {"np": _un_np, "py": _un_py, "c": _un_c, "text": _un_text}
-_BINARY_FMT = {"np": _bin_np, "py": _bin_py, "c": _bin_c, "text": _bin_text}
-
-
-def to_numpy(e: Expr, names: Mapping[str, str] | None = None) -> str:
-    """NumPy source for ``e`` (vectorized; erf prints as ``_erf``)."""
-    return _printer(e, "np", names or {})
-
-
-def to_python(e: Expr, names: Mapping[str, str] | None = None) -> str:
-    """Scalar Python/Numba source for ``e`` (uses ``math`` and ``np``)."""
-    return _printer(e, "py", names or {})
-
-
-def to_cuda(e: Expr, names: Mapping[str, str] | None = None) -> str:
-    """CUDA C source for ``e`` (float32 math functions: expf, tanhf, erff, …)."""
-    return _printer(e, "c", names or {})
-
-
 def to_text(e: Expr) -> str:
-    """The IR's own readable form, e.g. ``((in0 + in1) * 0.5)``."""
-    return _printer(e, "text", {})
+    """The IR's own readable form, e.g. ``((in0 + in1) * 0.5)``. Backends print code with their
+    own printers (``codegen.numba_cpu.exprs``, ``codegen.cupy_cuda.c_expr``)."""
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Const):
+        return _literal(e.value, e.dtype)
+    if isinstance(e, Un):
+        return f"(-{to_text(e.a)})" if e.op == "neg" else f"{e.op}({to_text(e.a)})"
+    if isinstance(e, Bin):
+        a, b = to_text(e.a), to_text(e.b)
+        return f"({a} {INFIX[e.op]} {b})" if e.op in INFIX else f"{e.op}({a}, {b})"
+    if isinstance(e, Select):
+        return f"select({to_text(e.cond)}, {to_text(e.a)}, {to_text(e.b)})"
+    return f"{e.dtype}({to_text(e.a)})"
 
 
 # --- JSON -----------------------------------------------------------------------------------

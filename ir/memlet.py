@@ -4,16 +4,66 @@ A memlet names a ``container`` and a ``subset``: one entry per dimension, each
 either a point index (an ``ir.expr`` tree over map parameters) or a ``Range``
 [start, stop) with step. ``subset=None`` means the whole container. ``volume``
 is the number of elements moved across the edge (``None``: the whole subset),
-and ``wcr`` ('sum', 'max', 'min', 'prod') marks a reduction into the target.
+and ``wcr`` (a ``Wcr``: sum, max, min, prod) marks a reduction into the target.
+
+``Wcr`` is the one definition of a reduction kind: its ``identity`` (the value an
+accumulator starts from, per dtype) and its ``combine`` (the NumPy ufunc that merges two
+partial results). Every executor and backend reads them from here; a ``Wcr`` is a
+``str`` (``Wcr.SUM == "sum"``), so serialized graphs and histories keep the plain names.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Mapping, Union
+
+import numpy as np
 
 from ir import expr as E
 
-WCR_KINDS = ("sum", "max", "min", "prod")
+
+class Wcr(StrEnum):
+    """A write-conflict resolution: how a write combines with the value already there."""
+
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    PROD = "prod"
+
+    def identity(self, dtype) -> int | float | bool:
+        """The value an accumulator of ``dtype`` starts from (x combined with it is x):
+        0 / 1 for sum / prod; for max / min the smallest / largest value of the type
+        (±inf for floats, the integer limits, False / True for bool)."""
+        if self is Wcr.SUM:
+            return 0
+        if self is Wcr.PROD:
+            return 1
+        dt = np.dtype(dtype)
+        if dt.kind == "f":
+            return float("-inf") if self is Wcr.MAX else float("inf")
+        if dt.kind == "b":
+            return self is Wcr.MIN
+        info = np.iinfo(dt)
+        return int(info.min) if self is Wcr.MAX else int(info.max)
+
+    @property
+    def combine(self) -> np.ufunc:
+        """The ufunc merging two partial results (NaN-propagating max/min, as onnxruntime)."""
+        return _COMBINE[self]
+
+    @staticmethod
+    def of(value: "str | Wcr | None") -> "Wcr | None":
+        """``value`` as a ``Wcr`` (None stays None); ValueError naming the kinds otherwise."""
+        if value is None or isinstance(value, Wcr):
+            return value
+        try:
+            return Wcr(value)
+        except ValueError:
+            raise ValueError(f"unknown wcr {value!r}; the kinds are {', '.join(WCR_KINDS)}") from None
+
+
+_COMBINE = {Wcr.SUM: np.add, Wcr.MAX: np.maximum, Wcr.MIN: np.minimum, Wcr.PROD: np.multiply}
+WCR_KINDS = tuple(k.value for k in Wcr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +115,7 @@ class Memlet:
     container: str
     subset: tuple[Index, ...] | None = None
     volume: int | None = None
-    wcr: str | None = None
+    wcr: Wcr | str | None = None     # a Wcr; a plain name compares and hashes equal to it
 
     def with_container(self, name: str) -> "Memlet":
         return replace(self, container=name)
@@ -83,15 +133,16 @@ class Memlet:
         if self.volume is not None:
             d["volume"] = self.volume
         if self.wcr is not None:
-            d["wcr"] = self.wcr
+            d["wcr"] = str(self.wcr)
         return d
 
     @staticmethod
     def from_json(d: Mapping) -> "Memlet":
         subset = d.get("subset")
-        wcr = d.get("wcr")
-        if wcr is not None and wcr not in WCR_KINDS:
-            raise ValueError(f"unknown wcr {wcr!r} on memlet of {d.get('container')!r}")
+        try:
+            wcr = Wcr.of(d.get("wcr"))
+        except ValueError as e:
+            raise ValueError(f"{e} (memlet of {d.get('container')!r})") from None
         return Memlet(str(d["container"]),
                       None if subset is None else tuple(index_from_json(i) for i in subset),
                       d.get("volume"), wcr)

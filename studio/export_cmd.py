@@ -2,7 +2,7 @@
 
 Imports the model (as the history's training options and bindings say), replays the
 history headless, and writes the package ``DIR`` (``codegen.export.package`` for the CPU
-backend, ``codegen.cupy_cuda.export`` for CUDA). The stored check inputs are the
+backend, ``codegen.cupy_cuda.backend`` for CUDA). The stored check inputs are the
 deterministic feeds of ``codegen.numpy_ref.feeds`` or the arrays of ``--inputs X.npz``
 (keys = input names); their reference outputs are the ORIGINAL model's (``codegen.oracle``:
 float64 truth, per-output tolerances), computed now. Prints what was written
@@ -67,17 +67,15 @@ def write_package(graph, out_dir, backend: str, inputs, history, **options):
     """``export_package`` of ``backend`` (cpu or cuda) stamped with dcstudio's version; the CLI and
     ``Session.export`` both write packages through here."""
     from importlib.metadata import PackageNotFoundError, version
-    if backend == "cuda":
-        from codegen.cupy_cuda.export import export_package
-    elif backend == "cpu":
-        from codegen.export.package import export_package
-    else:
+
+    from codegen.export.package import export_package
+    if backend not in ("cpu", "cuda"):
         raise StudioError(f"unknown backend {backend!r}: choose cpu or cuda")
     try:
         ver = version("dcstudio")
     except PackageNotFoundError:
         ver = "unknown"
-    return export_package(graph, out_dir, inputs=inputs, history=history, version=ver, **options)
+    return export_package(graph, out_dir, inputs=inputs, history=history, version=ver, backend=backend, **options)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

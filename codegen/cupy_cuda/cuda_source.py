@@ -9,7 +9,7 @@ kernels by ``reductions``; everything else by ``points_kernel`` here:
   trip counts, then the stops of nested loops); nested maps are loops inside the
   thread, locals registers, statements run in body order — the same point-by-point
   semantics as the numba loop nest (``loopnest.check_loop_safe`` refuses the rest).
-- Expressions print with ``ir.expr.to_cuda`` (float32 math: ``expf``, ``tanhf``, ``erff``);
+- Expressions print with ``c_expr.to_cuda`` (float32 math: ``expf``, ``tanhf``, ``erff``);
   connector names map to loads, so half/bfloat16 storage loads through
   ``__half2float``/``__bfloat162float`` and stores through ``__float2half_rn``/
   ``__float2bfloat16_rn``: all arithmetic and every accumulation is float32.
@@ -30,18 +30,15 @@ from __future__ import annotations
 
 import hashlib
 
+from codegen.cupy_cuda.c_expr import C_TYPES, to_cuda
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
-from codegen.numba_cpu.loopnest import (UnsupportedMap, check_loop_safe, first_wcr, kernel_locals,
-                                        output_init)
+from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals, output_init
 from ir import expr as E
 from ir.graph import Graph
 from ir.maps import range_bounds
-from ir.memlet import Memlet, Range
+from ir.memlet import Memlet, Range, Wcr
 from ir.nodes import MapNode, Tasklet
 
-C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
-           "int64": "long long", "int32": "int", "int16": "short", "int8": "signed char", "uint8": "unsigned char",
-           "bool": "bool"}
 LOAD = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
 STORE = {"float16": "__float2half_rn((float)({}))", "bfloat16": "__float2bfloat16_rn((float)({}))"}
 COMPUTE = {"float16": "float32", "bfloat16": "float32"}
@@ -105,7 +102,7 @@ class _Cuda:
         return dt
 
     def index(self, e: E.Expr) -> str:
-        return E.to_cuda(e, self.params)
+        return to_cuda(e, self.params)
 
     def element(self, mem: Memlet) -> str:
         """``a3[flat index]`` of a point memlet of a global container."""
@@ -178,13 +175,26 @@ def _declare_locals(k: _Cuda, m: MapNode) -> None:
 
 
 def _identity(wcr: str | None, dt: str) -> str:
-    if wcr in (None, "sum"):
-        return "0"
-    if wcr == "prod":
-        return "1"
-    if dt in ("float32", "float64"):
-        return "-DCS_INF" if wcr == "max" else "DCS_INF"
-    raise UnsupportedMap(f"wcr {wcr} on a {dt} local")
+    """An accumulator's initial value in C: the wcr's identity (``ir.memlet.Wcr``), 0 without one."""
+    return c_literal(0 if wcr is None else Wcr(wcr).identity(dt), dt)
+
+
+def c_literal(value, dt: str) -> str:
+    """``value`` as a CUDA C constant of type ``dt`` (infinities through ``DCS_INF``)."""
+    if dt == "bool":
+        return "true" if value else "false"
+    if dt in ("float32", "float64", "float16", "bfloat16"):
+        f = float(value)
+        if f != f:
+            raise UnsupportedMap(f"NaN constant of {dt}")
+        if f in (float("inf"), float("-inf")):
+            return "DCS_INF" if f > 0 else "-DCS_INF"
+        return repr(f) + ("f" if dt != "float64" else "")
+    if dt not in C_TYPES:
+        raise UnsupportedMap(f"no CUDA C type for {dt}")
+    n = int(value)
+    text = f"({n + 1}LL - 1)" if n == -(1 << 63) else f"{n}LL"
+    return f"({C_TYPES[dt]}){text}"
 
 
 def _nested(k: _Cuda, m: MapNode) -> None:
@@ -231,7 +241,7 @@ def _value(k: _Cuda, t: Tasklet) -> str:
             load = k.element(mem)
             names[conn] = LOAD[dt].format(load) if dt in LOAD else load
     names.update(k.params)
-    return E.to_cuda(t.expr, names)
+    return to_cuda(t.expr, names)
 
 
 def _owned(k: _Cuda, out: Memlet) -> bool:

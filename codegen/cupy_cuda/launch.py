@@ -22,10 +22,10 @@ in the text, checked by the compiler); launches pass no dynamic shared memory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
-from codegen.numba_cpu.loopnest import KernelSource
+from codegen.program.kernel import KernelSource
 
 POINTS_BLOCK = 256
 KINDS = ("points", "rows", "warp_rows", "columns")
@@ -47,8 +47,12 @@ class Launch:
 
 @dataclass(frozen=True)
 class CudaKernel(KernelSource):
-    """A CUDA kernel: ``source`` is CUDA C; ``launch`` is how the exported launcher starts it."""
+    """A CUDA kernel: ``source`` is CUDA C; ``launch`` is how the exported launcher starts it,
+    ``storage`` the C element type each container is stored as, ``threads`` how many leading
+    extents are spread over threads."""
 
+    storage: dict[str, str] = field(default_factory=dict)
+    threads: int = 0
     launch: Launch = Launch("points", (POINTS_BLOCK, 1), POINTS_BLOCK, False, 0)
 
 

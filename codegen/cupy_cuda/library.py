@@ -1,7 +1,7 @@
 """Library calls of the CUDA backend (CuPy: cuBLAS contractions, device buffers, host fallback).
 
 The same interface as ``codegen/numba_cpu/library.py``, so the program text
-(``codegen.numba_cpu.module``) runs unchanged on either backend. An exported CUDA
+(``codegen.program.module``) runs unchanged on either backend. An exported CUDA
 package carries a verbatim copy (``_lib.py``): it imports only CuPy and NumPy.
 
 - ``matmul``, ``gemm``, ``fused_matmul``: ``cupy.matmul`` (cuBLAS), alpha/bias in place;
@@ -84,35 +84,21 @@ def einsum(equation, a, b, out=None):
     return out
 
 
-def identity(wcr, dtype):
-    dtype = np.dtype(dtype)
-    if wcr == "sum":
-        return 0
-    if wcr == "prod":
-        return 1
-    if dtype.kind == "f":
-        return -np.inf if wcr == "max" else np.inf
-    if dtype.kind == "b":
-        return wcr == "min"
-    info = np.iinfo(dtype)
-    return info.min if wcr == "max" else info.max
-
-
-def alloc(shape, dtype, kind="empty", wcr=None):
+def alloc(shape, dtype, kind="empty", fill=0):
     if kind == "empty":
         return cp.empty(shape, dtype)
     if kind == "zeros":
         return cp.zeros(shape, dtype)
-    return cp.full(shape, identity(wcr, dtype), dtype)
+    return cp.full(shape, fill, dtype)
 
 
-def view(buffer, shape, dtype, kind="empty", wcr=None):
+def view(buffer, shape, dtype, kind="empty", fill=0):
     n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     arr = buffer[:n].view(dtype).reshape(shape)
     if kind == "zeros":
         arr.fill(0)
     elif kind == "full":
-        arr.fill(identity(wcr, dtype))
+        arr.fill(fill)
     return arr
 
 

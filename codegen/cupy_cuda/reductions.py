@@ -48,7 +48,7 @@ from codegen.cupy_cuda.cuda_source import (C_TYPES, COMPUTE, LOAD, STORE, _colle
                                            _identity, _store, _value, finish)
 from codegen.cupy_cuda.launch import CudaKernel, launch
 from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan, Target, plan_for
-from codegen.numba_cpu.loopnest import UnsupportedMap
+from codegen.program.kernel import UnsupportedMap
 from ir.graph import Graph
 from ir.maps import range_bounds
 from ir.memlet import Memlet

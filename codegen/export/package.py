@@ -6,10 +6,10 @@ Layout of ``DIR`` (its name is the package name, so ``cd parent && python -m DIR
     DIR/__main__.py     --check (one step on stored inputs vs stored references), --time N
     DIR/model.py        the program: header, memory plan (ARENA_BYTES, SLOT_OF, SHARED_BUFFERS and a
                         comment block: the honoured memory_reuse buffers, the fallbacks and why),
-                        one statement per kernel, Model (``numba_cpu.module``)
+                        one statement per kernel, Model (``codegen.program.module``)
     DIR/kernels/        the numba loop-nest kernels, one module ``k_<sha>.py`` each (with the
                         fastmath helpers it calls), byte-identical to dcstudio's kernel cache
-    DIR/_lib.py         BLAS calls and buffers (a copy of ``codegen/numba_cpu/library.py``)
+    DIR/_lib.py         BLAS calls and buffers (a copy of the backend's library, ``codegen/numba_cpu/library.py``)
     DIR/_ref/           NumPy reference kernels for the ops without a kernel (``vendor``)
     DIR/weights.npz     initializers, folded constants, default inputs (parameters, optimizer state)
     DIR/check.npz       inputs ``in_<k>``, the ORIGINAL model's outputs ``out_<k>`` (float64 truth,
@@ -20,26 +20,24 @@ The header of ``model.py`` names the source model and its sha256, every history 
 the generator version. Reference outputs and tolerances come from ``codegen.oracle`` on the
 original model (``export_package(oracle=…)``), so an export of a wrongly transformed graph
 fails its own ``--check``. Nothing from the model reaches the code except
-through ``codegen.export.namespace`` (identifiers, ASCII string literals, comments).
+through ``codegen.program.namespace`` (identifiers, ASCII string literals, comments).
 """
 from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from codegen.export import vendor
-from codegen.export.namespace import comment, literal
-from codegen.numba_cpu import library
-from codegen.numba_cpu.kernel_cache import kernel_module
-from codegen.numba_cpu.module import module_text
-from codegen.numba_cpu.loopnest import KernelSource
-from codegen.numba_cpu.program import Program, build_program
 from codegen.numpy_ref.registry import lookup
 from codegen.oracle import Oracle, comparison_scales
+from codegen.program.backend import Backend
+from codegen.program.module import module_text
+from codegen.program.namespace import comment
+from codegen.program.program import Program, build_program
 from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
@@ -47,49 +45,15 @@ from ir.graph import Graph
 GENERATOR = "dcstudio codegen.export 1"
 
 
-@dataclass(frozen=True)
-class Backend:
-    """What differs between backends in a package: kernels, their modules and the library."""
-
-    name: str
-    requires: str                                        # what the package needs, for its docstring
-    kernel_module: Callable[[KernelSource], str]         # text of kernels/k_<sha>.py
-    kernels_init: Callable[[list[str]], str]             # text of kernels/__init__.py
-    library: Path                                        # copied to _lib.py
-    make_kernel: Callable | None = None                  # map -> KernelSource (None: numba loop nest)
-
-
-KERNELS_INIT = '''"""The numba kernels of model.py, one module per kernel (named by the hash of its text).
-
-Each is imported under the canonical name ``dcstudio_kernel_<name>`` — the name dcstudio's
-kernel cache uses — so numba's cached machine code is valid wherever the file lives.
-"""
-import importlib.util
-import os
-import sys
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _load(name):
-    module_name = "dcstudio_kernel_" + name
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, os.path.join(_HERE, name + ".py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return getattr(module, name)
-
-
-'''
-
-
-def cpu_kernels_init(names: list[str]) -> str:
-    return KERNELS_INIT + "".join(f"{name} = _load({literal(name)})\n" for name in names)
-
-
-CPU = Backend("cpu", "NumPy + numba", kernel_module, cpu_kernels_init, Path(library.__file__))
+def backend_named(name: str) -> Backend:
+    """The backend record of ``name`` (``cpu``, ``cuda``), imported only when asked for."""
+    if name == "cpu":
+        from codegen.numba_cpu.backend import CPU
+        return CPU
+    if name == "cuda":
+        from codegen.cupy_cuda.backend import CUDA
+        return CUDA
+    raise ExportError(f"unknown backend {name!r}; choose cpu or cuda")
 
 
 class ExportError(StudioError):
@@ -198,17 +162,18 @@ def check_data(graph: Graph, inputs: Mapping[str, np.ndarray], oracle: Oracle) -
 
 def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np.ndarray], history: Sequence = (),
                    version: str = "0", parallel: bool = False, rtol: float | None = None,
-                   defaults: Sequence[str] | None = None, backend: Backend = CPU,
+                   defaults: Sequence[str] | None = None, backend: Backend | str = "cpu",
                    oracle: Oracle | None = None) -> ExportResult:
     """Write the package (see the module docstring). ``inputs`` feed the stored check; the
     inputs named in ``defaults`` (default: parameters and optimizer state) become the
     model's default values in ``weights.npz``. ``oracle`` is the ORIGINAL model's, built on
     ``inputs`` (``Oracle.of(original_graph, proto, inputs)``); without one the graph as given
     stands for the original. ``rtol`` replaces every derived tolerance (an override)."""
+    backend = backend_named(backend) if isinstance(backend, str) else backend
     out = Path(out_dir)
     name = package_name(out)
     check_replaceable(out)
-    prog = build_program(graph, parallel=parallel, make_kernel=backend.make_kernel)
+    prog = build_program(graph, backend.renderer(parallel), kernels_may_alias=backend.kernels_may_alias)
     tmp = out.with_name(f".{name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
     vendored = set(vendor.write_reference(tmp / "_ref"))

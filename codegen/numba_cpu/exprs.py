@@ -15,8 +15,8 @@ strongly typed):
   reciprocal; integer ``div`` truncates toward zero like the reference (``_idiv``).
 
 ``helpers`` collects the helper functions a printed expression calls, so the kernel
-module can define them. The printer is the same idea as ``ir.expr.to_python`` with
-types and fast forms added; ``to_python`` itself has no types to go by.
+module can define them. The printer follows ``ir.expr.to_text``'s recursion with types and
+fast forms added.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ This module imports only NumPy: an exported package carries a verbatim copy of i
   applied in place, in the operands' dtype (fp16 accumulates in float32, like the
   reference). The ``blocked`` implementation choice is a reference-executor variant;
   here every contraction is one BLAS call.
-- ``alloc``: a kernel's output buffer (``empty``, ``zeros``, or ``full`` of a wcr's identity);
+- ``alloc``: a kernel's output buffer (``empty``, ``zeros``, or ``full`` of a given fill: a wcr's identity);
   ``view``: the same carved from a planned, reused buffer (``buffers``): no page faults
   after the first step, which on this VM cost more than the kernels that fill the pages.
 - ``widen_bf16``: a bfloat16 tensor (NumPy has no bfloat16: stored as uint16 bits) as
@@ -158,31 +158,17 @@ def _einsum_numpy(equation: str, a: np.ndarray, b: np.ndarray, out: np.ndarray |
     return y
 
 
-def identity(wcr: str, dtype: np.dtype):
-    """The value a wcr output starts from."""
-    dtype = np.dtype(dtype)
-    if wcr == "sum":
-        return 0
-    if wcr == "prod":
-        return 1
-    if dtype.kind == "f":
-        return -np.inf if wcr == "max" else np.inf
-    if dtype.kind == "b":
-        return wcr == "min"
-    info = np.iinfo(dtype)
-    return info.min if wcr == "max" else info.max
-
-
-def alloc(shape: tuple, dtype, kind: str = "empty", wcr: str | None = None) -> np.ndarray:
-    """A new output buffer: ``empty``, ``zeros`` or ``full`` (of ``wcr``'s identity)."""
+def alloc(shape: tuple, dtype, kind: str = "empty", fill=0) -> np.ndarray:
+    """A new output buffer: ``empty``, ``zeros`` or ``full`` of ``fill`` (a reduction's identity,
+    which the program writes as a literal: ``ir.memlet.Wcr.identity``)."""
     if kind == "empty":
         return np.empty(shape, dtype)
     if kind == "zeros":
         return np.zeros(shape, dtype)
-    return np.full(shape, identity(wcr, np.dtype(dtype)), dtype)
+    return np.full(shape, fill, dtype)
 
 
-def view(buffer: np.ndarray, shape: tuple, dtype, kind: str = "empty", wcr: str | None = None) -> np.ndarray:
+def view(buffer: np.ndarray, shape: tuple, dtype, kind: str = "empty", fill=0) -> np.ndarray:
     """A planned buffer (flat bytes, reused across steps and tensors) as an array of ``shape``,
     initialized like ``alloc`` does."""
     n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
@@ -190,7 +176,7 @@ def view(buffer: np.ndarray, shape: tuple, dtype, kind: str = "empty", wcr: str 
     if kind == "zeros":
         arr.fill(0)
     elif kind == "full":
-        arr.fill(identity(wcr, np.dtype(dtype)))
+        arr.fill(fill)
     return arr
 
 

@@ -30,15 +30,16 @@ the caller then keeps the reference for it (``UnsupportedMap``).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 
 from codegen.numba_cpu import halfbits
 from codegen.numba_cpu.exprs import ExprPrinter, UnsupportedExpr, literal
 from codegen.numba_cpu.fastmath import FORMS
+from codegen.program.kernel import (KernelSource, UnsupportedMap, accumulator_dtype,  # noqa: F401
+                                    check_loop_safe, first_wcr, kernel_locals, output_init, storage_dtype)
 from ir import expr as E
 from ir.graph import Graph
 from ir.maps import trip_count
-from ir.memlet import Memlet, Range
+from ir.memlet import Memlet, Range, Wcr
 from ir.nodes import MapNode, Tasklet
 
 PARALLEL_MIN_ITERS = 1 << 16
@@ -48,38 +49,9 @@ FASTMATH = ("nsz", "arcp", "contract", "afn", "reassoc")
 """LLVM fast-math flags of every kernel: reassociation lets sum reductions vectorize;
 ``nnan``/``ninf`` stay off, so inf/NaN behave as in the reference."""
 
-WCR_IDENTITY = {"sum": 0, "prod": 1, "max": "-inf", "min": "inf"}
-
 ZERO = "z0"
 """The opaque float32 zero of a kernel calling ``fastmath`` forms: its last extent argument is 0,
 so LLVM cannot fold the forms' ``F(c) + z0`` constants (see ``fastmath``)."""
-
-
-class UnsupportedMap(ValueError):
-    """A map this backend cannot turn into a loop nest (the message says why)."""
-
-
-@dataclass(frozen=True)
-class OutputInit:
-    """How the caller allocates one output: ``empty``, ``zeros`` or ``full`` (``wcr`` identity)."""
-
-    kind: str
-    wcr: str | None = None
-
-
-@dataclass(frozen=True)
-class KernelSource:
-    name: str
-    source: str
-    helpers: tuple[str, ...]
-    arrays: tuple[str, ...]
-    outputs: tuple[str, ...]
-    extents: tuple[int, ...]
-    parallel: bool
-    init: dict[str, OutputInit] = field(default_factory=dict)
-    storage: dict[str, str] = field(default_factory=dict)   # CUDA: container -> stored dtype
-    threads: int = 0                                        # CUDA: leading extents spread over threads
-    arg_types: tuple[tuple[str, int], ...] = ()             # (dtype, rank) of each array argument
 
 
 class _Writer:
@@ -138,11 +110,6 @@ class Nest:
         return printer.emit(e) if not isinstance(e, E.Const) else str(int(e.value))
 
 
-def kernel_locals(m: MapNode) -> set[str]:
-    """Names of the locals of ``m`` and of every map nested in it."""
-    return set(m.locals) | {n for node, _ in m.walk() if isinstance(node, MapNode) for n in node.locals}
-
-
 def _collect_globals(nest: Nest) -> None:
     """Number the global containers (first access order) and check loop safety."""
     local_names = kernel_locals(nest.m)
@@ -157,29 +124,6 @@ def _collect_globals(nest: Nest) -> None:
             if node.output.container not in nest.written:
                 nest.written.append(node.output.container)
     check_loop_safe(nest.m, set(nest.written), local_names)
-
-
-def check_loop_safe(m: MapNode, written: set[str], local_names: set[str]) -> None:
-    """Raise ``UnsupportedMap`` unless running the body point by point equals the reference:
-    a container the map reads and writes is accessed at one index only, without a wcr, and a
-    container written at several indices is written only by one kind of wcr."""
-    seen: dict[str, list[tuple]] = {}
-    for node, _ in m.walk():
-        if not isinstance(node, Tasklet):
-            continue
-        for mem in node.inputs.values():
-            if mem.container in written:
-                seen.setdefault(mem.container, []).append((mem.subset, "read"))
-        out = node.output
-        if out.container in written and out.container not in local_names:
-            seen.setdefault(out.container, []).append((out.subset, out.wcr or "write"))
-    for name, items in seen.items():
-        subsets, kinds = {s for s, _ in items}, {k for _, k in items}
-        if "read" in kinds and (len(subsets) > 1 or kinds != {"read", "write"}):
-            raise UnsupportedMap(f"the map reads '{name}', which it also writes, at another index or "
-                                 "through a wcr")
-        if len(subsets) > 1 and (len(kinds) > 1 or kinds == {"write"}):
-            raise UnsupportedMap(f"the map writes '{name}' at several indices without one common wcr")
 
 
 def _invariant_reads(nest: Nest) -> dict[tuple, str]:
@@ -221,27 +165,8 @@ def _element(mem: Memlet, nest: Nest) -> str:
 # --- statements ---------------------------------------------------------------------------
 
 def identity_literal(wcr: str | None, dt: str) -> str:
-    import numpy as np
-    if wcr in (None, "sum"):
-        return literal(0, dt)
-    if wcr == "prod":
-        return literal(1, dt)
-    np_dt = np.dtype(dt)
-    if np_dt.kind == "f":
-        return literal(float("-inf") if wcr == "max" else float("inf"), dt)
-    if np_dt.kind == "b":
-        return literal(wcr == "min", dt)
-    info = np.iinfo(np_dt)
-    return literal(info.min if wcr == "max" else info.max, dt)
-
-
-def first_wcr(m: MapNode) -> dict[str, str | None]:
-    """Per local of ``m``: the wcr of its first write (the reference's initial value rule)."""
-    out: dict[str, str | None] = {}
-    for node, _ in m.walk():
-        if isinstance(node, Tasklet) and node.output.container in m.locals:
-            out.setdefault(node.output.container, node.output.wcr)
-    return out
+    """The initial value of an accumulator as numba code: the wcr's identity (0 without one)."""
+    return literal(0 if wcr is None else Wcr(wcr).identity(dt), dt)
 
 
 def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
@@ -265,13 +190,6 @@ def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
         else:
             tasklet_line(nest, stmt)
     nest.w.depth -= opened
-
-
-def accumulator_dtype(wcr: str | None, dt: str) -> str:
-    """The type a local is kept in: a float32 sum accumulates in float64 (a sequential float32
-    sum over n terms is off by ~u·√n, 1e-5 relative on a 786k-element loss; the reference
-    executor and onnxruntime sum far more accurately), everything else in its own type."""
-    return "float64" if wcr == "sum" and dt == "float32" else dt
 
 
 def declare_locals(nest: Nest, m: MapNode) -> None:
@@ -386,11 +304,6 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
                         tuple(nest.extents), par, init, arg_types=arg_types)
 
 
-def storage_dtype(dt: str) -> str:
-    """The dtype a kernel sees an array of ``dt`` as (16-bit floats: their uint16 bits)."""
-    return "uint16" if dt in halfbits.LOAD else dt
-
-
 def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
     """prange over the outermost param: every global write indexes it directly, and it pays
     (the points of the map and of its nested sweeps, e.g. LayerNorm's rows × row length)."""
@@ -408,38 +321,3 @@ def _work(m: MapNode, graph: Graph) -> int:
     """Points a map runs: its own params times (1 + the points of its nested maps)."""
     nested = sum(_work(s, graph) for s in m.body if isinstance(s, MapNode))
     return trip_count(m.params, graph.bindings) * max(1, nested)
-
-
-def output_init(m: MapNode, container: str, graph: Graph) -> OutputInit:
-    writes = [(node.output, scopes) for node, scopes in m.walk()
-              if isinstance(node, Tasklet) and node.output.container == container]
-    wcrs = {w.wcr for w, _ in writes}
-    if wcrs - {None}:
-        return OutputInit("full", next(iter(wcrs - {None})))
-    if len(writes) == 1 and _covers(writes[0][0], writes[0][1], graph):
-        return OutputInit("empty")
-    return OutputInit("zeros")
-
-
-def _covers(out: Memlet, scopes: tuple, graph: Graph) -> bool:
-    """One plain write at distinct full-range params of its scopes writes every element."""
-    shape = graph.container(out.container).concrete_shape(graph.bindings)
-    if out.subset is None or len(out.subset) != len(shape):
-        return not shape
-    ranges = {p: r for s in scopes for p, r in s.params}
-    used = set()
-    for ix, dim in zip(out.subset, shape):
-        if not isinstance(ix, E.Var) or ix.name not in ranges or ix.name in used:
-            return False
-        r = ranges[ix.name]
-        if r.step != 1 or r.start != E.Const(0, "int64") or not _is_const(r.stop, dim, graph):
-            return False
-        used.add(ix.name)
-    return True
-
-
-def _is_const(e: E.Expr, value: int, graph: Graph) -> bool:
-    try:
-        return int(E.evaluate(e, dict(graph.bindings))) == value
-    except (KeyError, TypeError, ValueError):
-        return False

@@ -26,8 +26,10 @@ import numpy as np
 
 from codegen.numba_cpu import kernel_cache
 from codegen.numba_cpu import threads as thread_control
-from codegen.numba_cpu.module import module_text
-from codegen.numba_cpu.program import Program, build_program
+from codegen.numba_cpu.backend import program as cpu_program
+from codegen.program.module import module_text
+from codegen.program.namespace import literal
+from codegen.program.program import Program
 from codegen.numpy_ref.maps import run_map
 from codegen.numpy_ref.executor import op_context
 from codegen.numpy_ref.registry import lookup
@@ -61,6 +63,18 @@ def _run_op(graph: Graph, node: OpNode, env: Mapping[str, np.ndarray]) -> list[n
     return [np.asarray(v) for m, v in zip(node.outputs, res) if m is not None]
 
 
+INPROCESS_IMPORTS = """import numpy as np
+
+from codegen.numba_cpu import library as L
+from codegen.numba_cpu.kernel_cache import table as _kernel_table
+from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the reference kernel table)
+from codegen.numpy_ref.registry import OpContext, lookup as _lookup
+
+K = _kernel_table({kernels})
+EXTERN = {{}}  # filled by codegen.numba_cpu.runner: nodes that run in the reference executor
+"""
+
+
 def _import(path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -75,10 +89,12 @@ class CompiledGraph:
     def __init__(self, graph: Graph, *, threads: int | None = None, parallel: bool = False,
                  fast: bool = True, lowered: bool = False, extra: Callable[[Program], str] | None = None) -> None:
         self.threads = thread_control.pin(threads) if threads else thread_control.current()
-        self.program: Program = build_program(graph, parallel=parallel, fast=fast, lowered=lowered)
+        self.program: Program = cpu_program(graph, parallel=parallel, fast=fast, lowered=lowered)
         for ks in self.program.kernels.values():
             kernel_cache.write(ks)
-        self.source = module_text(self.program, mode="inprocess", doc=f"dcstudio CPU program of {graph.name!a}",
+        imports = INPROCESS_IMPORTS.format(kernels=literal(tuple(sorted(self.program.kernels))))
+        self.source = module_text(self.program, mode="inprocess", imports=imports,
+                                  doc=f"dcstudio CPU program of {graph.name!a}",
                                   extra=extra(self.program) if extra else "")
         sha = hashlib.sha256(self.source.encode()).hexdigest()[:20]
         self.path = kernel_cache.cache_dir() / "programs" / f"p_{sha}.py"

@@ -24,22 +24,8 @@ from ir import dtypes
 from ir import expr as E
 from ir.containers import Container
 from ir.maps import range_bounds
-from ir.memlet import Memlet, Range
+from ir.memlet import Memlet, Range, Wcr
 from ir.nodes import MapNode, Tasklet
-
-_UFUNC = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
-
-
-def identity(wcr: str, dtype: np.dtype):
-    if wcr == "sum":
-        return 0
-    if wcr == "prod":
-        return 1
-    big = np.inf if dtype.kind == "f" else (np.iinfo(dtype).max if dtype.kind in "iu" else True)
-    return -big if wcr == "max" and dtype.kind == "f" else (
-        (np.iinfo(dtype).min if wcr == "max" else np.iinfo(dtype).max) if dtype.kind in "iu" else (
-            big if wcr == "min" else False))
-
 
 class _Scope:
     """Parameters in scope (outer to inner) with their index values."""
@@ -82,7 +68,7 @@ def run_map(m: MapNode, env: Mapping[str, np.ndarray], containers: Mapping[str, 
         dt = dtypes.to_numpy(c.dtype)
         arr = np.zeros(c.concrete_shape(bindings), dtype=dt)
         if mem.wcr:
-            arr.fill(identity(mem.wcr, dt))
+            arr.fill(Wcr(mem.wcr).identity(dt))
         outputs[mem.container] = arr
     _run_scope(m, _Scope([], []), env, outputs, {}, bindings)
     return outputs
@@ -96,7 +82,7 @@ def _run_scope(m: MapNode, outer: _Scope, env, outputs, locals_, bindings) -> No
         dt = dtypes.to_numpy(c.dtype)
         arr = np.zeros(scope.shape + c.concrete_shape(bindings), dtype=dt)
         if first_wcr.get(name):
-            arr.fill(identity(first_wcr[name], dt))
+            arr.fill(Wcr(first_wcr[name]).identity(dt))
         locals_[name] = _Local(arr, len(scope.names))
     for stmt in m.body:
         if isinstance(stmt, MapNode):
@@ -158,7 +144,7 @@ def _store(arr: np.ndarray, key: tuple, val: np.ndarray, mem: Memlet, scope: _Sc
         else:
             arr[...] = val
         return
-    ufunc = _UFUNC[mem.wcr]
+    ufunc = Wcr(mem.wcr).combine
     if mem.wcr in ("sum", "prod") and val.dtype.kind in "fV":
         val = val.astype(np.float64)          # accumulate in float64; the store rounds once
     used = _used_axes(mem, scope, depth)

@@ -15,9 +15,9 @@ A selection is profiled as a graph of its own (``cutout``), instrumented the sam
 """
 from __future__ import annotations
 
-from codegen.export.namespace import literal
-from codegen.numba_cpu.module import alloc_line, free_after, function_plan
-from codegen.numba_cpu.program import Alloc, Program
+from codegen.program.namespace import literal
+from codegen.program.module import alloc_line, free_after, function_plan
+from codegen.program.program import Alloc, Program
 
 
 def _zero_fill(prog: Program, writes) -> list[str]:

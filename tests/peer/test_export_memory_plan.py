@@ -17,8 +17,8 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
 from codegen.export.package import export_package, mismatches  # noqa: E402
 from codegen.numba_cpu import kernel_cache  # noqa: E402
-from codegen.numba_cpu.module import function_plan, ir_arena  # noqa: E402
-from codegen.numba_cpu.program import build_program  # noqa: E402
+from codegen.program.module import function_plan, ir_arena  # noqa: E402
+from codegen.numba_cpu.backend import program as build_program  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from ir import memory  # noqa: E402
 from tests.peer.test_export_fixtures import _check_fixture_references, fixture_graph, load_package  # noqa: E402

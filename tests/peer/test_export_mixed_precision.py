@@ -20,7 +20,8 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
 from codegen.export.package import export_package, mismatches  # noqa: E402
 from codegen.numba_cpu import kernel_cache  # noqa: E402
-from codegen.numba_cpu.program import HalfStorageError, build_program  # noqa: E402
+from codegen.numba_cpu.backend import program as build_program  # noqa: E402
+from codegen.program.program import HalfStorageError  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from codegen.numpy_ref.feeds import feeds_for  # noqa: E402
 from ir import lowering  # noqa: E402

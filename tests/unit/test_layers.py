@@ -3,6 +3,9 @@
     ir  <-  transforms  <-  codegen  <-  studio  <-  studio/gui
 
 A module may import its own layer and the layers below it, never one above (relative imports included).
+Inside codegen (DESIGN "codegen/program/"): ``codegen/program/`` is backend-neutral and imports no backend,
+no export and no timing; a backend (``numba_cpu/``, ``cupy_cuda/``) imports no other backend and nothing
+from ``codegen/export/`` (export picks a backend by name, ``backend_named``).
 PySide6/shiboken6 are imported only under ``studio/gui/``, numba only in codegen's numba backend
 (``codegen/`` paths containing ``numba``), cupy/cupyx only under ``codegen/cupy_cuda/``. Those imports must
 also be lazy: importing the core leaves them out of ``sys.modules`` (checked in a subprocess).
@@ -28,6 +31,17 @@ HEAVY: dict[str, tuple[Callable[[str], bool], str]] = {
     "numba": (lambda rel: rel.startswith("codegen/") and "numba" in rel, "only in codegen's numba backend"),
     "cupy": (lambda rel: rel.startswith("codegen/cupy_cuda/"), "only under codegen/cupy_cuda/"),
     "cupyx": (lambda rel: rel.startswith("codegen/cupy_cuda/"), "only under codegen/cupy_cuda/"),
+}
+
+
+# Repo-relative folder -> modules it must not import (prefixes), and why.
+INSIDE_CODEGEN: dict[str, tuple[tuple[str, ...], str]] = {
+    "codegen/program/": (("codegen.numba_cpu", "codegen.cupy_cuda", "codegen.export", "codegen.timing"),
+                         "codegen/program is backend-neutral"),
+    "codegen/numba_cpu/": (("codegen.cupy_cuda", "codegen.export"),
+                           "a backend imports no other backend and nothing from codegen/export"),
+    "codegen/cupy_cuda/": (("codegen.numba_cpu", "codegen.export"),
+                           "a backend imports no other backend and nothing from codegen/export"),
 }
 
 
@@ -102,6 +116,9 @@ def violations(source: str, rel: str) -> list[str]:
             found.setdefault((line, text, "layer"), f"`{text}` reaches {target}")
         elif here and there and RANK[there] > RANK[here]:
             found.setdefault((line, text, "layer"), f"`{text}` imports {target} (layer {there}), above {here}")
+        for folder, (banned, why) in INSIDE_CODEGEN.items():
+            if rel.startswith(folder) and any(target == b or target.startswith(b + ".") for b in banned):
+                found.setdefault((line, text, folder), f"`{text}` imports {target}: {why}")
         top = target.split(".")[0]
         if top in HEAVY and not HEAVY[top][0](rel):
             found.setdefault((line, text, top), f"`{text}` imports {target}: {top} is allowed {HEAVY[top][1]}")
@@ -149,6 +166,13 @@ def test_import_direction_and_heavy_imports():
         ("codegen/timing.py", "from cupyx.profiler import benchmark", "cupyx is allowed only under"),
         ("codegen/export.py", "importlib.import_module('PySide6.QtGui')", "PySide6 is allowed only under"),
         ("ir/x.py", "import ir.graph\nimport studio", "x.py:2: `import studio` imports studio (layer studio)"),
+        ("codegen/program/program.py", "from codegen.numba_cpu.loopnest import kernel_source",
+         "codegen/program is backend-neutral"),
+        ("codegen/program/module.py", "def f():\n    from codegen.export import package", "backend-neutral"),
+        ("codegen/cupy_cuda/cuda_source.py", "from codegen.numba_cpu.loopnest import first_wcr",
+         "a backend imports no other backend"),
+        ("codegen/numba_cpu/runner.py", "from ..cupy_cuda import launch", "a backend imports no other backend"),
+        ("codegen/cupy_cuda/backend.py", "from codegen.export.package import Backend", "nothing from codegen/export"),
     ],
 )
 def test_checker_flags(rel, source, expected):
@@ -164,6 +188,9 @@ def test_checker_flags(rel, source, expected):
         ("codegen/export.py", "from transforms.history import History\nfrom ir.graph import Graph"),
         ("codegen/numba_cpu/kernels.py", "import numba\nfrom numba import njit"),
         ("codegen/cupy_cuda/nvrtc.py", "import cupy\nfrom cupy.cuda import nvrtc\nimport cupyx"),
+        ("codegen/cupy_cuda/launch.py", "from codegen.program.kernel import KernelSource\nfrom ir.graph import Graph"),
+        ("codegen/export/package.py", "def f():\n    from codegen.numba_cpu.backend import CPU"),
+        ("codegen/program/program.py", "from codegen.numpy_ref.registry import lookup\nfrom . import kernel"),
         ("studio/cli.py", "from studio.session import Session\nfrom codegen import export\nimport resources"),
         ("studio/gui/qt_view.py", "from PySide6.QtWidgets import QGraphicsView\nfrom ..session import Session"),
         ("studio/gui/commands.py", "import shiboken6\nfrom studio.gui import qt_view\nfrom . import qt_view"),

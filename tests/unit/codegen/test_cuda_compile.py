@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from codegen.cupy_cuda.c_expr import to_cuda
 from codegen.cupy_cuda.cuda_source import PRELUDE, kernel_source
 from codegen.cupy_cuda.nvrtc import ARCHS, available, compile_check
-from codegen.numba_cpu.program import build_program
+from codegen.program.program import build_program
 from ir import expr as E
 from ir.onnx_import import import_model
 from tests.peer.test_export_fixtures import CASES, fixture_graph, fuse_everything
@@ -36,7 +37,7 @@ def nvrtc_ready():
 
 
 def _kernels(graph, storage):
-    prog = build_program(graph, make_kernel=lambda m, g: kernel_source(m, g, storage=storage))
+    prog = build_program(graph, lambda m, g: kernel_source(m, g, storage=storage))
     owners = {st.kernel: st.node_id for st in prog.statements if st.kernel}
     extern = [(node.id, why) for node, why in prog.extern.values()]
     return {name: (ks, owners.get(name, "a grouped contraction")) for name, ks in prog.kernels.items()}, extern
@@ -112,12 +113,22 @@ def _tiny_graph():
     return g
 
 
+def test_cuda_printer_uses_float_functions():
+    x = E.Var("x")
+    gelu = E.Bin("mul", E.Bin("mul", x, E.c(0.5)), E.Bin("add", E.c(1.0), E.Un("erf", E.Bin("mul", x, E.c(0.7071067811865476)))))
+    src = to_cuda(gelu)
+    assert "erff(" in src and "0.5f" in src
+    assert to_cuda(E.Select(E.Bin("gt", x, E.c(0.0)), x, E.c(0.0))) == "((x > 0.0f) ? x : 0.0f)"
+    assert to_cuda(E.Un("neg", E.Un("exp", x))) == "(-expf(x))"
+    assert to_cuda(E.c(float("-inf"))) == "-INFINITY" and to_cuda(E.Cast(x, "float16")) == "((__half)(x))"
+
+
 def test_kernels_print_the_expression_trees_with_to_cuda():
     g = _tiny_graph()
     erf = g.nodes["erf/expanded"]
     ks = kernel_source(erf, g)
     tasklet = erf.body[0]
-    assert E.to_cuda(tasklet.expr, {c: "@" for c in tasklet.inputs}).split("@")[0] in ks.source
+    assert to_cuda(tasklet.expr, {c: "@" for c in tasklet.inputs}).split("@")[0] in ks.source
     assert "erff(" in ks.source and ks.threads == 2 and ks.extents == (8, 16)
     bf16 = kernel_source(erf, g, storage="bfloat16")
     assert "__bfloat162float(" in bf16.source and "__float2bfloat16_rn(" in bf16.source
@@ -136,7 +147,7 @@ def test_running_needs_a_device():
     cupy = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
     if not cupy.is_available():
         pytest.skip("no CUDA device on this machine: the exported CUDA package is compile-checked only")
-    from codegen.cupy_cuda.export import export_package
+    from codegen.export.package import export_package
     from codegen.numpy_ref.executor import run
     from codegen.numpy_ref.feeds import compare, feeds_for
     from tests.peer.test_export_fixtures import load_package
@@ -144,7 +155,7 @@ def test_running_needs_a_device():
     g = _tiny_graph()
     feeds = feeds_for(g)
     with tempfile.TemporaryDirectory() as d:
-        res = export_package(g, Path(d) / "tiny_cuda", inputs=feeds)
+        res = export_package(g, Path(d) / "tiny_cuda", inputs=feeds, backend="cuda")
         out = load_package(res.path).Model().step(**feeds)
         host = {k: cupy.asnumpy(v) for k, v in out.items()}
         assert compare(run(g, feeds), host, 1e-5) == []

@@ -14,15 +14,14 @@ from onnx import helper, numpy_helper
 
 from codegen.cupy_cuda import reduction_pattern as RP
 from codegen.cupy_cuda.cuda_source import PRELUDE, kernel_source
-from codegen.cupy_cuda.export import kernel_module
+from codegen.cupy_cuda.backend import kernel_module
 from codegen.cupy_cuda.launch import grid_blocks
-from codegen.export.prepare import lower_for_codegen
+from codegen.program.prepare import lower_for_codegen
 from codegen.numpy_ref.executor import run
-from codegen.numpy_ref.maps import identity
 from ir import expr as E
 from ir.containers import Container
 from ir.graph import Graph
-from ir.memlet import Memlet, Range
+from ir.memlet import Memlet, Range, Wcr
 from ir.nodes import MapNode, Tasklet
 from ir.onnx_import import import_proto
 from tests.unit.codegen import cuda_emulation
@@ -253,7 +252,7 @@ def _case(name: str, storage=None, seed=0):
     arrays = {c: values[c] for c in ks.arrays if c not in ks.outputs}
     for c in ks.outputs:
         init, v = ks.init[c], values[c]
-        fill = np.nan if init.kind == "empty" else 0 if init.kind == "zeros" else identity(init.wcr, v.dtype)
+        fill = np.nan if init.kind == "empty" else 0 if init.kind == "zeros" else Wcr(init.wcr).identity(v.dtype)
         arrays[c] = np.full(v.shape, fill, v.dtype)
     return ks, arrays, {c: values[c] for c in ks.outputs}
 

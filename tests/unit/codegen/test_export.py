@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
-from codegen.export.namespace import Namespace, comment, literal, sanitize  # noqa: E402
+from codegen.program.namespace import Namespace, comment, literal, sanitize  # noqa: E402
 from codegen.export.package import ExportError, export_package  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from codegen.numpy_ref.feeds import compare, feeds_for  # noqa: E402
@@ -151,7 +151,7 @@ def test_cli_exports_a_session_history(tmp_path, fixtures_dir):
 
 def test_exported_kernels_are_byte_identical_to_the_cache(tmp_path):
     from codegen.numba_cpu.kernel_cache import kernel_module
-    from codegen.numba_cpu.program import build_program
+    from codegen.numba_cpu.backend import program as build_program
     g = _graph()
     res = _export(tmp_path, g, "pkg_k")
     prog = build_program(g)

@@ -13,8 +13,9 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
 from codegen.export.package import export_package  # noqa: E402
 from codegen.numba_cpu.loopnest import kernel_source  # noqa: E402
-from codegen.numba_cpu.module import function_plan, ir_arena  # noqa: E402
-from codegen.numba_cpu.program import build_program  # noqa: E402
+from codegen.program.module import function_plan, ir_arena  # noqa: E402
+from codegen.numba_cpu.backend import program as cpu_program  # noqa: E402
+from codegen.program.program import build_program  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from codegen.numpy_ref.feeds import compare, feeds_for  # noqa: E402
 from ir import lowering, memory  # noqa: E402
@@ -42,8 +43,8 @@ def _softmax_chain(n=16):
                    helper.make_node("Neg", ["b"], ["c"], name="n")], n)
 
 
-def _plan(g, **options):
-    prog = build_program(g, **options)
+def _plan(g, render=None, **options):
+    prog = cpu_program(g, **options) if render is None else build_program(g, render)   # a renderer without aliasing
     return prog, function_plan(prog, prog.statements, list(prog.graph.outputs))
 
 
@@ -138,7 +139,7 @@ def test_inplace_needs_kernels_that_tolerate_aliased_arguments():
     _, parallel = _plan(g, parallel=True)
     assert "'b' would overwrite 'a' in 'sm/expanded': its kernel runs prange" in parallel.refused["b"]
     assert parallel.shared[0].members == ["a", "c"]                       # disjoint lifetimes: still shared
-    _, other = _plan(g, make_kernel=lambda m, graph: kernel_source(m, graph))   # as the CUDA backend does
+    _, other = _plan(g, render=lambda m, graph: kernel_source(m, graph))   # as the CUDA backend does
     assert "declare their arguments non-aliasing" in other.refused["b"]
     assert [(b.members, b.inplace) for b in other.shared] == [(["a", "c"], {})]   # disjoint: still shared
     assert len(set(other.slot_of.values())) == 2 and other.slot_of["a"] == other.slot_of["c"]

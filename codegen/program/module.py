@@ -29,12 +29,14 @@ error messages.
 """
 from __future__ import annotations
 
-from codegen.export.namespace import comment, literal
-from codegen.numba_cpu.buffers import Plan, plan
-from codegen.numba_cpu.shared_buffers import recorded_plan
-from codegen.numba_cpu.program import Alloc, Program, Statement
+from codegen.program.namespace import comment, literal
+from codegen.program.buffers import Plan, plan
+from codegen.program.shared_buffers import recorded_plan
+from codegen.program.program import Alloc, Program, Statement
+from codegen.program.kernel import HALF_FLOATS
 from ir import memory
 from ir.containers import Role
+from ir.memlet import Wcr
 
 EXPORT_IMPORTS = """import os
 
@@ -46,17 +48,6 @@ from ._ref import kernels as _ref_kernels  # noqa: F401  (fills the reference ke
 from ._ref.registry import OpContext, lookup as _lookup
 
 EXTERN = {}
-"""
-
-INPROCESS_IMPORTS = """import numpy as np
-
-from codegen.numba_cpu import library as L
-from codegen.numba_cpu.kernel_cache import table as _kernel_table
-from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the reference kernel table)
-from codegen.numpy_ref.registry import OpContext, lookup as _lookup
-
-K = _kernel_table({kernels})
-EXTERN = {{}}  # filled by codegen.numba_cpu.runner: nodes that run in the reference executor
 """
 
 MODEL_CLASS = '''
@@ -160,7 +151,7 @@ def free_after(statements: list[Statement], keep: set[str]) -> list[list[str]]:
 
 def alloc_line(prog: Program, a: Alloc, slots: Plan) -> str:
     var, shape, np_type = prog.var(a.container), literal(prog.shape(a.container)), prog.np_type(a.container)
-    init = "" if a.kind == "empty" else f", {literal(a.kind)}" + (f", {literal(a.wcr)}" if a.wcr else "")
+    init = "" if a.kind == "empty" else f", {literal(a.kind)}" + (f", {fill_literal(prog, a)}" if a.wcr else "")
     if a.container in slots.slot_of:
         return f"{var} = L.view(B[{slots.slot_of[a.container]}], {shape}, {np_type}{init}){_shared_note(slots, a)}"
     if a.container in getattr(slots, "out_slot_of", {}):
@@ -168,6 +159,12 @@ def alloc_line(prog: Program, a: Alloc, slots: Plan) -> str:
         return (f"{var} = L.view(R[{j}], {shape}, {np_type}{init}) if R is not None else "
                 f"L.alloc({shape}, {np_type}{init})")
     return f"{var} = L.alloc({shape}, {np_type}{init})"
+
+
+def fill_literal(prog: Program, a: Alloc) -> str:
+    """The identity of ``a``'s wcr for its dtype, as a literal (``ir.memlet.Wcr.identity``)."""
+    dt = prog.container(a.container).dtype
+    return literal(Wcr(a.wcr).identity("float32" if dt in HALF_FLOATS else dt))
 
 
 def _shared_note(slots: Plan, a: Alloc) -> str:
@@ -271,12 +268,15 @@ def updates(prog: Program) -> list[tuple[str, str]]:
     return [(c, c[:-4]) for c in g.outputs if c.endswith(".new") and c[:-4] in g.inputs]
 
 
-def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: str = "") -> str:
+def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: str = "",
+                imports: str | None = None) -> str:
     """The module (see the module docstring); ``header`` is a block of ``#`` lines, ``extra``
-    more functions (the profiler's instrumented step)."""
+    more functions (the profiler's instrumented step). ``mode="inprocess"`` takes its import
+    block from the backend's runner (``imports``: it binds ``L``, ``K``, ``EXTERN``)."""
     g = prog.graph
-    imports = EXPORT_IMPORTS if mode == "export" else INPROCESS_IMPORTS.format(
-        kernels=literal(tuple(sorted(prog.kernels))))
+    if mode != "export" and imports is None:
+        raise ValueError("an in-process module needs its backend's import block")
+    imports = EXPORT_IMPORTS if mode == "export" else imports
     defaults = {c: prog.var(c) for c in g.inputs if prog.var(c) in prog.arrays}
     fwd = forward_outputs(prog)
     fwd_statements = _needed(prog, fwd)

@@ -1,10 +1,11 @@
-"""A graph as a list of Python statements, one per kernel: the CPU backend's program.
+"""A graph as a list of Python statements, one per kernel: the program every backend runs.
 
-``build_program(graph)`` lowers the graph (``codegen.export.prepare``) and turns every
+``build_program(graph, render)`` lowers the graph (``codegen.program.prepare``) and turns every
 kernel, in topological order, into a ``Statement``:
 
-- a map → its output buffers (``np.empty``/``zeros``/``full``) and one call of its
-  loop-nest kernel ``K.k_<sha>(arrays…, extents…)`` (``loopnest``);
+- a map → its output buffers (``L.alloc``/``L.view``: empty, zeros or full of the wcr's
+  identity) and one call of the kernel the backend renders, ``K.k_<sha>(arrays…, extents…)``
+  (``render``: the numba loop nest, or CUDA C);
 - MatMul / Gemm / FusedMatMul / Einsum → one BLAS call into the output buffer; a fused
   contraction (``ai.dcstudio``: GEMM + epilogue map) → BLAS into an accumulator buffer, then
   its epilogue as a loop-nest kernel; a grouped GEMM → its members in order (``contractions``);
@@ -17,22 +18,22 @@ kernel, in topological order, into a ``Statement``:
   the graph and says which node and why).
 
 Names come from one ``Namespace``; arrays (initializers, folded constants, tensor
-attributes) go to ``arrays`` (the ``.npz``), never into the source. ``codegen.numba_cpu.
-module`` assembles the statements into a module.
+attributes) go to ``arrays`` (the ``.npz``), never into the source. ``codegen.program.module``
+assembles the statements into a module.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from codegen.export.namespace import Namespace, comment, literal
-from codegen.export.prepare import lower_for_codegen
-from codegen.numba_cpu import contractions
-from codegen.numba_cpu.loopnest import KernelSource, UnsupportedMap, kernel_source
 from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the reference table)
 from codegen.numpy_ref.registry import OpContext, canonical_domain, lookup
+from codegen.program import contractions
+from codegen.program.backend import Render
+from codegen.program.kernel import KernelSource, UnsupportedMap
+from codegen.program.namespace import Namespace, comment, literal
+from codegen.program.prepare import lower_for_codegen
 from ir import dtypes
 from ir.containers import Container
 from ir.errors import StudioError
@@ -79,9 +80,9 @@ class Program:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     tables: list[str] = field(default_factory=list)
     extern: dict[int, tuple[object, str]] = field(default_factory=dict)   # k -> (node, reason)
-    make_kernel: Callable | None = None
+    make_kernel: Render | None = None
     temps: dict[str, Container] = field(default_factory=dict)   # statement-internal buffers (GEMM accumulators)
-    kernels_may_alias: bool = False   # kernels stay correct when an output aliases an input (numba, no prange)
+    kernels_may_alias: bool = False   # kernels stay correct when an output aliases an input (numba)
 
     def var(self, container: str) -> str:
         return self.ns.name(("c", container), container)
@@ -121,16 +122,13 @@ class Program:
         return self.container(container).nbytes(self.graph.bindings)
 
 
-KernelMaker = Callable[[MapNode, Graph], KernelSource]
-
-
-def build_program(graph: Graph, *, parallel: bool = False, fast: bool = True, lowered: bool = False,
-                  make_kernel: KernelMaker | None = None) -> Program:
-    """The program of ``graph`` (lowered first unless ``lowered``). ``make_kernel`` turns a map
-    into a kernel (default: the numba loop nest; the CUDA backend passes its own)."""
+def build_program(graph: Graph, render: Render, *, lowered: bool = False, kernels_may_alias: bool = False) -> Program:
+    """The program of ``graph`` (lowered first unless ``lowered``); ``render`` turns a map into a
+    kernel (a backend's ``Backend.renderer(parallel)``). ``kernels_may_alias``: the kernels stay
+    right when an output is the buffer of an input (in-place ``memory_reuse`` buffers)."""
     g = graph if lowered else lower_for_codegen(graph)
-    prog = Program(g, Namespace(RESERVED), kernels_may_alias=make_kernel is None)
-    prog.make_kernel = make_kernel or (lambda m, graph: kernel_source(m, graph, parallel=parallel, fast=fast))
+    prog = Program(g, Namespace(RESERVED), kernels_may_alias=kernels_may_alias)
+    prog.make_kernel = render
     for name in g.inputs:
         prog.var(name)
     for name, value in g.values.items():

@@ -45,7 +45,7 @@ from ir import memory
 from ir.nodes import MapNode, OpNode
 
 if TYPE_CHECKING:
-    from codegen.numba_cpu.program import Program, Statement
+    from codegen.program.program import Program, Statement
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class _Memory:
     """The program's memory facts over ``statements`` (alias groups, allocations, last uses)."""
 
     def __init__(self, prog: "Program", statements: list["Statement"], keep: Iterable[str]) -> None:
-        from codegen.numba_cpu.buffers import _alias_groups
+        from codegen.program.buffers import _alias_groups
         self.prog, self.statements = prog, statements
         self.groups = _alias_groups(statements)
         find = self.groups.find

@@ -1,7 +1,7 @@
 """``dcstudio export … --backend cuda``: the program with CUDA kernels, for CuPy.
 
 The package has the CPU package's layout and the same ``model.py`` (the program text
-is backend-neutral, see ``codegen.numba_cpu.module``), with:
+is backend-neutral, see ``codegen.program.module``), with:
 
 - ``kernels/k_<sha>.py``: the CUDA C text of one kernel (``cuda_source``) and a
   launcher ``k_<sha>(arrays…, extents…)`` that compiles it once through
@@ -21,9 +21,8 @@ from pathlib import Path
 
 from codegen.cupy_cuda.cuda_source import kernel_source
 from codegen.cupy_cuda.launch import CudaKernel, grid_blocks
-from codegen.export.namespace import literal
-from codegen.export.package import Backend, ExportResult
-from codegen.export.package import export_package as _export
+from codegen.program.backend import Backend
+from codegen.program.namespace import literal
 
 LAUNCHER = '''"""dcstudio CUDA kernel {name} (generated; content-addressed).
 
@@ -75,10 +74,5 @@ def kernels_init(names: list[str]) -> str:
             + "".join(f"from .{n} import {n}  # noqa: F401\n" for n in names))
 
 
-CUDA = Backend("cuda", "CuPy", kernel_module, kernels_init, Path(__file__).with_name("library.py"),
-               make_kernel=lambda m, graph: kernel_source(m, graph))
-
-
-def export_package(graph, out_dir, **options) -> ExportResult:
-    """``codegen.export.package.export_package`` with the CUDA backend."""
-    return _export(graph, out_dir, backend=CUDA, **options)
+CUDA = Backend("cuda", "CuPy", lambda parallel=False: kernel_source, kernel_module, kernels_init,
+               Path(__file__).with_name("library.py"))

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from codegen.numba_cpu.program import Statement
-from codegen.numba_cpu.shared_buffers import SharedBuffer
+from codegen.program.program import Statement
+from codegen.program.shared_buffers import SharedBuffer
 
 ALIASING_KINDS = frozenset({"view", "reference", "extern"})
 

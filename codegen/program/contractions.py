@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen.export.namespace import literal
+from codegen.program.namespace import literal
 from codegen.numpy_ref.registry import canonical_domain
 from ir import fused_ops
 from ir.containers import Container
 from ir.nodes import OpNode
 
 if TYPE_CHECKING:
-    from codegen.numba_cpu.program import Program, Statement
+    from codegen.program.program import Program, Statement
 
 
 def blas_call(node: OpNode, ins: list[str], out: str) -> str | None:
@@ -42,7 +42,7 @@ def blas_call(node: OpNode, ins: list[str], out: str) -> str | None:
 
 
 def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
-    from codegen.numba_cpu.program import Statement
+    from codegen.program.program import Statement
     if fused_ops.is_group(node):
         parts = [_one(prog, m) for m in fused_ops.members(node)]
         if any(p is None for p in parts):
@@ -66,7 +66,7 @@ def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
 
 def _one(prog: "Program", node: OpNode):
     """(allocs, lines, kernel name or None, temps) of one contraction, or None if it is none."""
-    from codegen.numba_cpu.program import Alloc
+    from codegen.program.program import Alloc
     ins = [prog.operand(m.container) if m is not None else "None" for m in node.inputs]
     if not fused_ops.has_epilogue(node):
         outs = [m.container for m in node.outputs if m is not None]
