@@ -90,7 +90,8 @@ def add_parser(sub) -> None:
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds one kernel may run before it is killed")
-    p.add_argument("--threads", type=int, default=None, help="numba and BLAS threads (default: $DCSTUDIO_THREADS or 1)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="numba and BLAS threads (default: $DCSTUDIO_THREADS, else the physical cores of the affinity mask)")
     p.add_argument("--top", type=int, default=None, metavar="N", help="only the N slowest kernels")
     p.add_argument("--recalibrate", action="store_true", help="measure the machine's peaks again")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=N", help="bind a symbolic dimension")

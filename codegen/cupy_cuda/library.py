@@ -18,6 +18,11 @@ import cupy as cp
 import numpy as np
 
 
+def set_threads(threads=None):
+    """Host threads do not matter here: every kernel and contraction runs on the device."""
+    return {"threads": None, "numba": None, "blas": None}
+
+
 def asarray(x, dtype=None):
     return cp.ascontiguousarray(cp.asarray(x, dtype=dtype))
 

@@ -280,10 +280,13 @@ def main(argv=None):
     parser.add_argument("--rtol", type=float, default=None,
                         help="override: one tolerance for every output instead of the stored ones")
     parser.add_argument("--time", type=int, default=0, metavar="N", help="time N steps (after a warm-up step)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="kernel and BLAS threads (default: $DCSTUDIO_THREADS, else every physical core "
+                             "this process may run on)")
     args = parser.parse_args(argv)
     with np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "check.npz")) as f:
         data = {key: f[key] for key in f.files}
-    model = Model()
+    model = Model(threads=args.threads)
     ok = check(model, data, args.rtol) if args.check or not args.time else True
     if args.time:
         feeds = _inputs(data)
@@ -294,7 +297,9 @@ def main(argv=None):
             model.step(**feeds)
             times.append(time.perf_counter() - t0)
         times.sort()
-        print(f"step: median {times[len(times) // 2] * 1e3:.2f} ms, min {times[0] * 1e3:.2f} ms over {args.time}")
+        used = model.threads or {}
+        print(f"step: median {times[len(times) // 2] * 1e3:.2f} ms, min {times[0] * 1e3:.2f} ms over {args.time} "
+              f"(threads: numba {used.get('numba') or '-'}, BLAS {used.get('blas') or '-'})")
     return 0 if ok else 1
 
 

@@ -1,8 +1,12 @@
 """Library calls of the CPU backend: contractions on BLAS, allocation, the reference fallback.
 
-This module imports only NumPy: an exported package carries a verbatim copy of it
-(``_lib.py``), so it must not import anything from dcstudio.
+This module imports only NumPy (numba and threadpoolctl lazily, when there): an exported
+package carries a verbatim copy of it (``_lib.py``), so it must not import anything from dcstudio.
 
+- ``set_threads(n)``: numba's and BLAS's thread counts for the whole process; ``n=None`` is
+  ``$DCSTUDIO_THREADS`` or the physical cores of this process's affinity mask (``physical_cores``:
+  ``os.sched_getaffinity`` grouped by the cores sysfs names), so a package started under
+  ``taskset`` or a container's CPU set uses the cores it was given, not the machine's;
 - ``matmul``, ``gemm``, ``fused_matmul``: ONNX MatMul / Gemm / com.microsoft
   FusedMatMul as one ``np.matmul`` (OpenBLAS sgemm) each, with alpha and the bias
   applied in place, in the operands' dtype (fp16 accumulates in float32, like the
@@ -18,11 +22,63 @@ This module imports only NumPy: an exported package carries a verbatim copy of i
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 
 asarray = np.asarray
 broadcast_to = np.broadcast_to
+
+
+def physical_cores(cpus=None, sysfs: str = "/sys/devices/system/cpu") -> int:
+    """Physical cores among ``cpus`` (default: the CPUs this process may run on, its affinity
+    mask); hyperthread siblings (same package and core id in sysfs) count once."""
+    if cpus is None:
+        try:
+            cpus = os.sched_getaffinity(0)
+        except (AttributeError, OSError):
+            return os.cpu_count() or 1
+    cores = set()
+    for cpu in sorted(cpus):
+        try:
+            topo = f"{sysfs}/cpu{cpu}/topology/"
+            with open(topo + "physical_package_id", encoding="ascii") as f, \
+                    open(topo + "core_id", encoding="ascii") as g:
+                cores.add((f.read().strip(), g.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
+
+
+def default_threads() -> int:
+    """``$DCSTUDIO_THREADS`` when it is a positive integer, else ``physical_cores()``."""
+    try:
+        n = int(os.environ.get("DCSTUDIO_THREADS", ""))
+    except ValueError:
+        n = 0
+    return n if n > 0 else physical_cores()
+
+
+def set_threads(threads: int | None = None) -> dict:
+    """Use ``threads`` threads (None: ``default_threads()``) for numba kernels and for BLAS in this
+    process; returns what is in effect: ``{"threads", "numba", "blas"}`` (None: not installed/found)."""
+    n = max(1, int(threads)) if threads else default_threads()
+    numba_n = blas_n = None
+    try:
+        import numba
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        numba_n = numba.get_num_threads()
+    except ImportError:
+        pass
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+        np.dot(np.ones(2), np.ones(2))               # NumPy's BLAS is loaded before threadpoolctl looks
+        threadpool_limits(limits=n, user_api="blas")
+        blas_n = next((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), None)
+    except ImportError:
+        pass
+    return {"threads": n, "numba": numba_n, "blas": blas_n}
 
 
 def _wide(x: np.ndarray) -> np.ndarray:

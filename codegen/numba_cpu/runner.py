@@ -104,7 +104,7 @@ class CompiledGraph:
         g = self.program.graph
         for k, (node, _reason) in self.program.extern.items():
             self.module.EXTERN[k] = _extern_callable(g, node)
-        self.model = self.module.Model(weights=self.program.arrays)
+        self.model = self.module.Model(weights=self.program.arrays, threads=0)   # pinned above, or as they are
 
     @property
     def graph(self) -> Graph:

@@ -61,10 +61,13 @@ class Model:
     ``train_step`` also feeds the new parameters and state back as the next defaults.
     ``recycle_outputs=True`` writes outputs into two reused sets of buffers (no page
     faults in a training loop); a step's outputs are then valid until the step after next.
+    ``threads``: kernel and BLAS threads for this process (``L.set_threads``); None uses
+    ``$DCSTUDIO_THREADS`` or every physical core of the affinity mask, 0 leaves them as they are.
     A Model is not thread-safe: its intermediate buffers are reused every step.
     """
 
-    def __init__(self, weights=None, recycle_outputs=False):
+    def __init__(self, weights=None, recycle_outputs=False, threads=None):
+        self.threads = L.set_threads(threads) if threads != 0 else None
         self.weights = {key: L.asarray(value) for key, value in (_load_weights() if weights is None
                                                                   else weights).items()}
         self.state = {name: self.weights[key] for name, key in _DEFAULTS.items() if key in self.weights}

@@ -4,6 +4,8 @@ the header, ``Model`` (step, forward, train_step), ``python -m <package> --check
 from __future__ import annotations
 
 import ast
+import os
+import re
 import subprocess
 import sys
 
@@ -24,7 +26,8 @@ from tests.unit.ir.onnx_models import mlp  # noqa: E402
 from transforms.registry import create  # noqa: E402
 
 STDLIB_OK = {"argparse", "os", "sys", "time", "math", "importlib", "__future__", "typing", "dataclasses",
-             "itertools", "functools", "collections", "operator", "cmath", "numpy", "numba", "ml_dtypes"}
+             "itertools", "functools", "collections", "operator", "cmath", "numpy", "numba", "ml_dtypes",
+             "threadpoolctl"}   # optional: sets BLAS threads when installed (_lib.set_threads)
 
 
 # --- namespace -------------------------------------------------------------------------------
@@ -115,6 +118,45 @@ def test_python_m_check_passes_and_fails_on_wrong_references(tmp_path):
     np.savez(res.path / "check.npz", **data)
     bad = run("--check")
     assert bad.returncode == 1 and "FAIL" in bad.stdout
+
+
+THREAD_VARIABLES = ("DCSTUDIO_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def _threads_used(tmp_path, package, *args, cpus=None, **env):
+    """(numba, BLAS) threads the package's ``--time 1`` reports, run on ``cpus`` (an affinity mask,
+    as ``taskset``) with no thread variable set but ``env``."""
+    clean = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    proc = subprocess.run([sys.executable, "-m", package, "--time", "1", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**clean, **env},
+                          preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = re.search(r"threads: numba (\d+), BLAS (\d+)", proc.stdout)
+    assert found, proc.stdout
+    return int(found[1]), int(found[2])
+
+
+def test_the_package_uses_every_core_of_its_affinity_mask_by_default(tmp_path):
+    from codegen.numba_cpu.library import physical_cores
+    _export(tmp_path, _graph(), "pkg_threads")
+    cores = physical_cores()
+    assert _threads_used(tmp_path, "pkg_threads") == (cores, cores)
+    assert _threads_used(tmp_path, "pkg_threads", cpus={min(os.sched_getaffinity(0))}) == (1, 1)
+    assert _threads_used(tmp_path, "pkg_threads", DCSTUDIO_THREADS="1") == (1, 1)
+    assert _threads_used(tmp_path, "pkg_threads", "--threads", "1") == (1, 1)
+
+
+def test_physical_cores_count_hyperthread_siblings_once(tmp_path):
+    from codegen.numba_cpu.library import physical_cores
+    for cpu, (package, core) in {0: (0, 0), 1: (0, 0), 2: (0, 1), 3: (1, 0), 4: (1, 0)}.items():
+        topo = tmp_path / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{package}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+    assert physical_cores({0, 1, 2, 3, 4}, str(tmp_path)) == 3       # 0+1 and 3+4 are sibling pairs
+    assert physical_cores({0, 1}, str(tmp_path)) == 1
+    assert physical_cores({1, 2, 7}, str(tmp_path)) == 3             # cpu7 has no topology: counts alone
+    assert 1 <= physical_cores() <= len(os.sched_getaffinity(0))
 
 
 def test_export_refuses_nodes_that_need_dcstudio(tmp_path):
