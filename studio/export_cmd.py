@@ -83,7 +83,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     feeds = _inputs(graph, args.inputs)
     oracle = original_oracle(original, proto, feeds, steps)
     res = write_package(graph, args.output, args.backend, feeds, steps, parallel=args.parallel, rtol=args.rtol,
-                        oracle=oracle)
+                        oracle=oracle, history_file=args.history)
     out = Path(res.path).resolve()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(res.statements.items()))
     print(f"exported {args.model} ({len(steps)} history steps) to {out} [{args.backend}]: "

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen.program.namespace import literal
 from codegen.numpy_ref.registry import canonical_domain
+from codegen.program.namespace import literal, sanitize
 from ir import fused_ops
 from ir.containers import Container
 from ir.nodes import OpNode
@@ -79,6 +79,8 @@ def _one(prog: "Program", node: OpNode):
     acc = fused_ops.accumulator(prog.graph, node)
     temp = f"{node.id}/@acc"
     prog.temps[temp] = Container(temp, acc.shape, acc.dtype)
+    first = next((m.container for m in node.outputs if m is not None), node.id)
+    prog.ns.name(("c", temp), f"{sanitize(first)}_acc")    # named after what its epilogue makes
     call = blas_call(base, ins[:fused_ops.slots(node)], prog.var(temp))
     if call is None:
         return None

@@ -29,11 +29,14 @@ error messages.
 """
 from __future__ import annotations
 
-from codegen.program.namespace import comment, literal
+import re
+
 from codegen.program.buffers import Plan, plan
-from codegen.program.shared_buffers import recorded_plan
-from codegen.program.program import Alloc, Program, Statement
 from codegen.program.kernel import HALF_FLOATS
+from codegen.program.namespace import comment, literal
+from codegen.program.program import Alloc, Program, Statement
+from codegen.program.shared_buffers import recorded_plan
+from codegen.program.wrap import WIDTH, wrap_text
 from ir import memory
 from ir.containers import Role
 from ir.memlet import Wcr
@@ -243,10 +246,21 @@ def _function(prog: Program, name: str, statements: list[Statement], outputs: li
         lines += ["    " + alloc_line(prog, a, slots) for a in st.allocs]
         lines += ["    " + text for text in st.lines]
         if free:
-            lines.append("    " + " = ".join(prog.var(c) for c in sorted(free)) + " = None")
+            lines += none_lines([prog.var(c) for c in sorted(free)], "    ")
     items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in outputs)
     lines.append(f"    return {{{items}}}")
     return lines
+
+
+def none_lines(names: list[str], indent: str, width: int = WIDTH) -> list[str]:
+    """``a = b = None`` lines dropping ``names``, each at most ``width`` characters."""
+    lines, current = [], []
+    for name in names:
+        if current and len(indent) + len(" = ".join(current + [name])) + len(" = None") > width:
+            lines.append(indent + " = ".join(current) + " = None")
+            current = []
+        current.append(name)
+    return lines + ([indent + " = ".join(current) + " = None"] if current else [])
 
 
 def forward_outputs(prog: Program) -> list[str]:
@@ -299,17 +313,24 @@ def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: 
              "\n".join(_function(prog, "_step", prog.statements, list(g.outputs), step_plan)) + "\n",
              "\n".join(_function(prog, "_forward", fwd_statements, fwd, fwd_plan)) + "\n"]
     parts.append(extra)
+    doc_line, rest = parts[0].split("\n", 1)
+    parts[0] = doc_line + "\n" + wrap_text(rest)             # the docstring is one line of its own
+    parts[1:] = [wrap_text(p) for p in parts[1:]]             # code and comments: lines of at most 120
     return "\n\n".join(p for p in parts if p) + LOAD_WEIGHTS[mode] + MODEL_CLASS
 
 
+_HEAD = re.compile(r"    # (\S+) \(.*\)$")
+
+
 def line_map(text: str) -> dict[int, str]:
-    """Generated line number → the node id in the comment above it (for tracebacks)."""
+    """Generated line number → the node id in the statement comment above it (for tracebacks).
+    Statement comments are ``    # <node id> (<label>)``; node ids hold no spaces (``ir.ids``)."""
     out: dict[int, str] = {}
     current = ""
     for k, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if stripped.startswith("# ") and line.startswith("    #") and "(" in stripped:
-            current = stripped[2:].rsplit(" (", 1)[0]
+        head = _HEAD.match(line)
+        if head:
+            current = head.group(1)
         elif current and line.startswith("    "):
             out[k] = current
     return out

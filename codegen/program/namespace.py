@@ -1,9 +1,11 @@
 """Safe names and literals for generated Python (STYLE.md "Generated code: readable and safe").
 
 - ``Namespace``: one per emitted module, as torch.fx's ``_Namespace``: a model's name
-  becomes an identifier by replacing ``[^0-9A-Za-z_]`` with ``_``, prefixing a leading
-  digit, avoiding keywords, builtins and reserved names, deduplicating with ``_1``,
-  ``_2`` …; the same object always gets the same name.
+  becomes an identifier by replacing ``[^0-9A-Za-z_]`` with ``_`` (runs of ``_`` become one),
+  dropping the ONNX exporters' ``_output_0`` suffix, prefixing a leading digit, avoiding
+  keywords, builtins and reserved names, deduplicating with ``_1``, ``_2`` …; the same object
+  always gets the same name. A name longer than ``MAX_NAME`` loses whole leading words
+  (``layer_attention_self_key_Add`` → ``attention_self_key_Add``), never part of a word.
 - ``literal``: the only way a value reaches generated source. int, float, bool, None,
   str (printed with ``ascii``: pure ASCII, quotes and newlines escaped), and tuples,
   lists and str-keyed dicts of those. Anything else (arrays, objects) raises — it must
@@ -19,8 +21,9 @@ import math
 import re
 from typing import Any, Hashable, Iterable
 
-_BAD = re.compile(r"[^0-9A-Za-z_]")
-MAX_NAME = 48
+_BAD = re.compile(r"[^0-9A-Za-z_]+")
+_RUNS = re.compile(r"_{2,}")
+MAX_NAME = 64
 
 
 class Namespace:
@@ -51,9 +54,13 @@ class Namespace:
 
 def sanitize(hint: str) -> str:
     """``hint`` as an identifier-shaped string (not yet deduplicated)."""
-    text = _BAD.sub("_", hint).strip("_") or "v"
-    if len(text) > MAX_NAME:
-        text = text[-MAX_NAME:].lstrip("_") or "v"
+    text = _RUNS.sub("_", _BAD.sub("_", hint)).strip("_")
+    if text.endswith("_output_0") and len(text) > len("_output_0"):
+        text = text[: -len("_output_0")]
+    words = text.split("_") if text else ["v"]
+    while len(words) > 1 and len("_".join(words)) > MAX_NAME:
+        words.pop(0)
+    text = "_".join(words)
     if text[0].isdigit():
         text = "_" + text
     if keyword.iskeyword(text) or keyword.issoftkeyword(text) or text in dir(builtins) or text.startswith("__"):

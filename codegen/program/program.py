@@ -139,7 +139,7 @@ def build_program(graph: Graph, render: Render, *, lowered: bool = False, kernel
 
 
 def _statement(prog: Program, node) -> Statement:
-    head = f"# {comment(node.id)} ({comment(_label(node), 40)})"
+    head = f"# {comment(node.id, 70)} ({comment(_label(node), 40)})"
     try:
         if isinstance(node, MapNode):
             st = _map(prog, node, head)

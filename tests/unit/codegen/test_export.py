@@ -39,7 +39,11 @@ def test_namespace_sanitizes_dedupes_and_is_stable():
     assert ns.name("a", "ignored") == "layer_0_weight"                 # same object, same name
     assert ns.name("c", "class") == "class_" and ns.name("d", "print") == "print_"
     assert ns.name("e", "3d") == "_3d" and ns.name("f", "W") == "W_1" and ns.name("g", "") == "v"
-    assert sanitize("__import__('os')") == "import____os"
+    assert sanitize("__import__('os')") == "import_os"
+    assert sanitize("/layer/attention/self/key/Add_output_0") == "layer_attention_self_key_Add"
+    long = sanitize("/" + "/".join(["encoder", "layer.11", "attention", "self", "key", "MatMul"] * 3) + "_output_1")
+    assert len(long) <= 64 and long.endswith("key_MatMul_output_1")
+    assert long.split("_")[0] in ("encoder", "layer", "11", "attention", "self", "key", "MatMul")   # whole words
     assert all(n.isidentifier() for n in (sanitize("λ"), sanitize("a\nb"), sanitize("'; rm -rf /")))
 
 
@@ -97,12 +101,15 @@ def test_model_matches_reference_and_has_forward_and_train_step(tmp_path):
 
 def test_header_names_source_history_and_generator(tmp_path):
     g = _graph()
-    steps = [type("S", (), {"transformation": "map_fusion", "params": {}, "anchors": ("a\n", "b")})()]
-    res = export_package(g, tmp_path / "pkg_h", inputs=feeds_for(g), history=steps, version="9.9")
+    step = type("S", (), {"transformation": "map_fusion\n", "params": {}, "anchors": ("a\n", "b")})()
+    hist = tmp_path / "h.json"
+    hist.write_text("{}")
+    res = export_package(g, tmp_path / "pkg_h", inputs=feeds_for(g), history=[step] * 3, version="9.9",
+                         history_file=hist)
     text = (res.path / "model.py").read_text()
     head = text.split("import os")[0]
-    assert "# source sha256: " in head and "# history: 1 step" in head and "map_fusion" in head
-    assert "dcstudio 9.9" in head and "a\\n" in head
+    assert "# source sha256: " in head and "# history: h.json (file sha256 44136fa355b3678a, steps sha256 " in head
+    assert "# 3 steps: map_fusion\\n x3\n" in head and "dcstudio 9.9" in head     # the name escaped, steps counted
     assert text.count("    # ") >= len(g.nodes)           # a comment per kernel statement
 
 
