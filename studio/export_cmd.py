@@ -83,7 +83,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     feeds = _inputs(graph, args.inputs)
     oracle = original_oracle(original, proto, feeds, steps)
     res = write_package(graph, args.output, args.backend, feeds, steps, parallel=args.parallel, rtol=args.rtol,
-                        oracle=oracle, history_file=args.history)
+                        oracle=oracle, history_file=args.history, workers=args.workers)
     out = Path(res.path).resolve()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(res.statements.items()))
     print(f"exported {args.model} ({len(steps)} history steps) to {out} [{args.backend}]: "
@@ -101,6 +101,8 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--inputs", metavar="X.npz", help="inputs for the stored check (default: deterministic feeds)")
     p.add_argument("--parallel", action="store_true", help="CPU: run large kernels' outer loops on all threads")
+    p.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="CPU: run up to N independent statements side by side (default 2; 1: strictly in order)")
     p.add_argument("--rtol", type=float, default=None,
                    help="override: one tolerance for every output of the package's --check instead of the derived "
                         "ones (K x onnxruntime's fp32 error against the original model's float64 truth)")

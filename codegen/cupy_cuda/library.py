@@ -23,6 +23,12 @@ def set_threads(threads=None):
     return {"threads": None, "numba": None, "blas": None}
 
 
+def parallel(*tasks):
+    """One device stream: the steps' members run one after the other (kernels are asynchronous)."""
+    for task in tasks:
+        task()
+
+
 def asarray(x, dtype=None):
     return cp.ascontiguousarray(cp.asarray(x, dtype=dtype))
 

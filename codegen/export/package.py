@@ -40,6 +40,7 @@ from codegen.program.backend import Backend
 from codegen.program.module import module_text
 from codegen.program.namespace import comment
 from codegen.program.program import Program, build_program
+from codegen.program.schedule import fork_join
 from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
@@ -106,13 +107,12 @@ def header(graph: Graph, history: Sequence | None, version: str, history_file: s
              f"# source: {comment(Path(graph.meta.get('source', graph.name)).name)}",
              f"# source sha256: {comment(graph.meta.get('sha256', 'unknown'))}"]
     steps = list(history or ())
-    digest = f"steps sha256 {_steps_digest(steps)[:16]}"
+    where = f"(steps sha256 {_steps_digest(steps)[:16]})"
     if history_file is not None:
         path = Path(history_file)
         file_digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "unreadable"
-        lines.append(f"# history: {comment(path.name, 60)} (file sha256 {file_digest}, {digest})")
-    else:
-        lines.append(f"# history: {digest}")
+        where = f"from {comment(path.name, 60)} (file sha256 {file_digest}, {where[1:-1]})"
+    lines.append(f"# history: {len(steps)} step{'s' if len(steps) != 1 else ''} {where}")
     counts: dict[str, list[int]] = {}
     for step in steps:
         c = counts.setdefault(str(step.transformation), [0, 0])
@@ -121,7 +121,8 @@ def header(graph: Graph, history: Sequence | None, version: str, history_file: s
             c[1] += int(step.applications)
     parts = [f"{comment(name, 40)} x{n}" + (f" ({applied} applications)" if applied else "")
              for name, (n, applied) in counts.items()]
-    lines.append(f"# {len(steps)} step{'s' if len(steps) != 1 else ''}" + (": " + ", ".join(parts) if parts else ""))
+    if parts:
+        lines.append("#   " + ", ".join(parts))
     return "\n".join(lines) + "\n"
 
 
@@ -185,17 +186,22 @@ def check_data(graph: Graph, inputs: Mapping[str, np.ndarray], oracle: Oracle) -
 def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np.ndarray], history: Sequence = (),
                    version: str = "0", parallel: bool = False, rtol: float | None = None,
                    defaults: Sequence[str] | None = None, backend: Backend | str = "cpu",
-                   oracle: Oracle | None = None, history_file: str | Path | None = None) -> ExportResult:
+                   oracle: Oracle | None = None, history_file: str | Path | None = None,
+                   workers: int = 2) -> ExportResult:
     """Write the package (see the module docstring). ``inputs`` feed the stored check; the
     inputs named in ``defaults`` (default: parameters and optimizer state) become the
     model's default values in ``weights.npz``. ``oracle`` is the ORIGINAL model's, built on
     ``inputs`` (``Oracle.of(original_graph, proto, inputs)``); without one the graph as given
-    stands for the original. ``rtol`` replaces every derived tolerance (an override)."""
+    stands for the original. ``rtol`` replaces every derived tolerance (an override). ``workers``:
+    the CPU step runs independent statements side by side on that many threads
+    (``codegen.program.schedule``; 1: strictly in order)."""
     backend = backend_named(backend) if isinstance(backend, str) else backend
     out = Path(out_dir)
     name = package_name(out)
     check_replaceable(out)
     prog = build_program(graph, backend.renderer(parallel), kernels_may_alias=backend.kernels_may_alias)
+    if backend.name == "cpu" and workers > 1:
+        prog.schedule = fork_join(prog, workers)
     tmp = out.with_name(f".{name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
     vendored = set(vendor.write_reference(tmp / "_ref"))

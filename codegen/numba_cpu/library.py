@@ -31,6 +31,9 @@ asarray = np.asarray
 broadcast_to = np.broadcast_to
 
 
+_THREADS = [os.cpu_count() or 1]   # what set_threads chose last (parallel() runs in order when 1)
+
+
 def physical_cores(cpus=None, sysfs: str = "/sys/devices/system/cpu") -> int:
     """Physical cores among ``cpus`` (default: the CPUs this process may run on, its affinity
     mask); hyperthread siblings (same package and core id in sysfs) count once."""
@@ -64,6 +67,7 @@ def set_threads(threads: int | None = None) -> dict:
     """Use ``threads`` threads (None: ``default_threads()``) for numba kernels and for BLAS in this
     process; returns what is in effect: ``{"threads", "numba", "blas"}`` (None: not installed/found)."""
     n = max(1, int(threads)) if threads else default_threads()
+    _THREADS[0] = n
     numba_n = blas_n = None
     try:
         import numba
@@ -79,6 +83,64 @@ def set_threads(threads: int | None = None) -> dict:
     except ImportError:
         pass
     return {"threads": n, "numba": numba_n, "blas": blas_n}
+
+
+_POOL = None
+_BLAS = None
+TRACE = None   # a list to record (worker, start, end) perf_counter seconds of every parallel member
+
+
+def _blas_controller():
+    """threadpoolctl's controller of NumPy's BLAS (None without threadpoolctl), made once."""
+    global _BLAS
+    if _BLAS is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+            np.dot(np.ones(2), np.ones(2))
+            _BLAS = ThreadpoolController().select(user_api="blas")
+        except ImportError:
+            _BLAS = False
+    return _BLAS or None
+
+
+def parallel(*tasks) -> None:
+    """Run ``tasks`` (closures that call kernels and BLAS into preallocated buffers) side by side:
+    the first on this thread, the others on a small pool (numba kernels and BLAS release the GIL).
+    Meanwhile each BLAS call gets ``threads // len(tasks)`` threads, so the total stays within
+    the threads ``set_threads`` chose; they are restored afterwards. Exceptions propagate."""
+    global _POOL
+    import time
+    if _THREADS[0] <= 1 or len(tasks) == 1:          # one thread: in order, as the sequential step
+        for task in tasks:
+            task()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    if _POOL is None or _POOL._max_workers < len(tasks) - 1:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, len(tasks) - 1), thread_name_prefix="dcstudio-step")
+    blas = _blas_controller()
+    libs = blas.lib_controllers if blas is not None else []
+    total = max((lib.num_threads for lib in libs), default=1)
+    share = max(1, total // len(tasks))
+    trace = TRACE
+
+    def run(k, task):
+        t0 = time.perf_counter()
+        task()
+        if trace is not None:
+            trace.append((k, t0, time.perf_counter()))
+
+    if share != total:
+        for lib in libs:
+            lib.set_num_threads(share)
+    try:
+        futures = [_POOL.submit(run, k, task) for k, task in enumerate(tasks[1:], start=1)]
+        run(0, tasks[0])
+        for f in futures:
+            f.result()
+    finally:
+        if share != total:
+            for lib in libs:
+                lib.set_num_threads(total)
 
 
 def _wide(x: np.ndarray) -> np.ndarray:

@@ -49,6 +49,7 @@ def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
             return None
         allocs = tuple(a for p in parts for a in p[0])
         lines = [line for p in parts for line in p[1]]
+        tasks = tuple(tuple(p[1]) for p in parts)
         kernels = [p[2] for p in parts if p[2]]
         temps = tuple(t for p in parts for t in p[3])
     else:
@@ -57,11 +58,12 @@ def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
             return None
         allocs, lines, kernel, temps = one
         kernels = [kernel] if kernel else []
+        tasks = ()
     reads = tuple(dict.fromkeys(m.container for m in node.inputs if m is not None))
     writes = tuple(m.container for m in node.outputs if m is not None) + temps
     kind = "kernel" if kernels else "blas"
     return Statement(node.id, node.qualified_type, kind, head, lines, reads, writes, allocs,
-                     kernels[0] if kernels else None)
+                     kernels[0] if kernels else None, tasks)
 
 
 def _one(prog: "Program", node: OpNode):

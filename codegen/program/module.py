@@ -35,6 +35,7 @@ from codegen.program.buffers import Plan, plan
 from codegen.program.kernel import HALF_FLOATS
 from codegen.program.namespace import comment, literal
 from codegen.program.program import Alloc, Program, Statement
+from codegen.program.schedule import merged, units
 from codegen.program.shared_buffers import recorded_plan
 from codegen.program.wrap import WIDTH, wrap_text
 from ir import memory
@@ -232,19 +233,31 @@ def _memory_constants(slots: Plan) -> str:
             f"SHARED_BUFFERS = {literal(shared)}\n")
 
 
-def _function(prog: Program, name: str, statements: list[Statement], outputs: list[str], slots: Plan) -> list[str]:
+def _function(prog: Program, name: str, steps: list[list[Statement]], outputs: list[str], slots: Plan) -> list[str]:
+    """``def name(W, B, R, <inputs>)``: the steps in order; a step of several statements (or, with a
+    schedule, one grouped GEMM) allocates their outputs, then runs each part as a closure side by
+    side (``L.parallel``)."""
     g = prog.graph
+    parallel = prog.schedule is not None and prog.schedule.workers > 1
     params = ", ".join(["W", "B", "R"] + [prog.var(c) for c in g.inputs])
     lines = [f"def {name}({params}):"]
-    used = {c for st in statements for c in st.reads} | set(outputs)
+    used = {c for step in steps for st in step for c in st.reads} | set(outputs)
     for c in g.values:
         if c in used and c not in g.inputs:
             lines.append(f"    {prog.var(c)} = W[{literal(prog.var(c))}]")
-    frees = free_after(statements, set(outputs))
-    for st, free in zip(statements, frees):
-        lines.append("    " + st.head)
-        lines += ["    " + alloc_line(prog, a, slots) for a in st.allocs]
-        lines += ["    " + text for text in st.lines]
+    frees = free_after(merged(steps), set(outputs))
+    for step, free in zip(steps, frees):
+        for st in step:
+            lines.append("    " + st.head)
+            lines += ["    " + alloc_line(prog, a, slots) for a in st.allocs]
+        tasks = [(st, task) for st in step for task in (st.tasks if parallel and st.tasks else (st.lines,))]
+        if len(tasks) == 1:
+            lines += ["    " + text for text in step[0].lines]
+        else:
+            for k, (st, task) in enumerate(tasks):
+                lines.append(f"    def _p{k}():  # {comment(st.node_id, 90)}")
+                lines += ["        " + text for text in task]
+            lines.append(f"    L.parallel({', '.join(f'_p{k}' for k in range(len(tasks)))})")
         if free:
             lines += none_lines([prog.var(c) for c in sorted(free)], "    ")
     items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in outputs)
@@ -285,6 +298,16 @@ def updates(prog: Program) -> list[tuple[str, str]]:
     return [(c, c[:-4]) for c in g.outputs if c.endswith(".new") and c[:-4] in g.inputs]
 
 
+def _schedule_text(prog: Program) -> str:
+    """The schedule as data: a comment table and ``SCHEDULE`` (steps of statement node ids)."""
+    if prog.schedule is None:
+        return "SCHEDULE = ()  # one statement at a time, in order\n"
+    sched = prog.schedule
+    steps = tuple(tuple(prog.statements[k].node_id for k in step) for step in sched.steps if len(step) > 1)
+    return ("\n".join(sched.table(prog.statements)) + f"\nWORKERS = {sched.workers}\n"
+            f"SCHEDULE = {literal(steps)}  # the steps that run statements side by side (node ids)\n")
+
+
 def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: str = "",
                 imports: str | None = None) -> str:
     """The module (see the module docstring); ``header`` is a block of ``#`` lines, ``extra``
@@ -296,9 +319,10 @@ def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: 
     imports = EXPORT_IMPORTS if mode == "export" else imports
     defaults = {c: prog.var(c) for c in g.inputs if prog.var(c) in prog.arrays}
     fwd = forward_outputs(prog)
-    fwd_statements = _needed(prog, fwd)
-    step_plan = function_plan(prog, prog.statements, list(g.outputs))
-    fwd_plan = function_plan(prog, fwd_statements, fwd)
+    step_units = units(prog.statements, prog.schedule)
+    fwd_units = units(prog.statements, prog.schedule, keep=_needed(prog, fwd))
+    step_plan = function_plan(prog, merged(step_units), list(g.outputs))
+    fwd_plan = function_plan(prog, merged(fwd_units), fwd)
     dts = ", ".join(f"np.dtype({literal(g.container(c).dtype)})" for c in g.inputs)
     parts = [f'"""{doc}"""\n' + header, imports,
              f"INPUTS = {literal(tuple(g.inputs))}\nOUTPUTS = {literal(tuple(g.outputs))}\n"
@@ -309,9 +333,10 @@ def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: 
              f"_OUT_SLOTS = {literal(tuple(step_plan.out_slots))}\n"
              f"_FORWARD_OUT_SLOTS = {literal(tuple(fwd_plan.out_slots))}\n",
              memory_comment(prog, step_plan) + _memory_constants(step_plan),
+             _schedule_text(prog),
              "\n".join(prog.tables) + ("\n" if prog.tables else ""),
-             "\n".join(_function(prog, "_step", prog.statements, list(g.outputs), step_plan)) + "\n",
-             "\n".join(_function(prog, "_forward", fwd_statements, fwd, fwd_plan)) + "\n"]
+             "\n".join(_function(prog, "_step", step_units, list(g.outputs), step_plan)) + "\n",
+             "\n".join(_function(prog, "_forward", fwd_units, fwd, fwd_plan)) + "\n"]
     parts.append(extra)
     doc_line, rest = parts[0].split("\n", 1)
     parts[0] = doc_line + "\n" + wrap_text(rest)             # the docstring is one line of its own

@@ -24,6 +24,7 @@ assembles the statements into a module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,7 @@ class Statement:
     writes: tuple[str, ...]
     allocs: tuple[Alloc, ...] = ()
     kernel: str | None = None
+    tasks: tuple[tuple[str, ...], ...] = ()   # independent parts of ``lines`` (a grouped GEMM's members)
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Program:
     make_kernel: Render | None = None
     temps: dict[str, Container] = field(default_factory=dict)   # statement-internal buffers (GEMM accumulators)
     kernels_may_alias: bool = False   # kernels stay correct when an output aliases an input (numba)
+    schedule: Any = None              # a schedule.Schedule (steps run side by side), or None: in order
 
     def var(self, container: str) -> str:
         return self.ns.name(("c", container), container)

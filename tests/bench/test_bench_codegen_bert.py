@@ -8,7 +8,9 @@ com.microsoft training ops that only onnxruntime-training can load). dcstudio ap
 Substation recipe (``studio.recipe.SUBSTATION``) in a Session, exports the package and imports it.
 onnxruntime runs the graph as generated, all graph optimizations on; torch runs forward, backward
 and ``torch.optim.AdamW``. Same thread count everywhere (numba and BLAS, ORT intra-op, torch);
-steps interleaved, median of ``REPS``. The bars (>= 1.2x onnxruntime and torch) are reported, not
+steps interleaved, median of ``REPS``, once per thread count of ``$DCSTUDIO_BENCH_THREADS`` (default
+1 and 2). With 2 threads the package runs its fork-join schedule (``codegen.program.schedule``); the
+bench prints each worker's busy fraction and the GEMMs' in-step GFLOP/s. The bars (>= 1.2x onnxruntime and torch) are reported, not
 asserted: the step is ~90 % GEMMs, which here run on OpenBLAS, ~6 % slower than ORT's MLAS.
 """
 from __future__ import annotations
@@ -35,7 +37,7 @@ from transforms.autodiff import build_training_graph  # noqa: E402
 
 pytestmark = pytest.mark.bench
 REPS = 7
-THREADS = int(os.environ.get("DCSTUDIO_THREADS", "1"))
+THREADS = [int(n) for n in os.environ.get("DCSTUDIO_BENCH_THREADS", "1,2").split(",")]
 
 
 @pytest.fixture(scope="module")
@@ -49,30 +51,60 @@ def bert(tmp_path_factory):
     return path
 
 
-def test_exported_step_vs_onnxruntime_and_torch(bert, tmp_path):
-    import onnxruntime as ort
-    import torch
+@pytest.fixture(scope="module")
+def package(bert, tmp_path_factory):
     session = Session.open(bert, autosave=False)
     original = session.graph
     feeds = feeds_for(original)
     run_recipe(session, RECIPES["substation"])
-    after = session.metrics()
-    res = export_package(session.graph, tmp_path / "bert_step", inputs=feeds)
+    res = export_package(session.graph, tmp_path_factory.mktemp("pkg") / "bert_step", inputs=feeds)
     kernel_cache.install_locator()
-    info = threads.pin(THREADS)
-    model = load_package(res.path).Model(recycle_outputs=True)
+    return original, feeds, session, load_package(res.path)
+
+
+def _gemm_rate(pkg, model, feeds) -> tuple[float, float]:
+    """(GFLOP/s of the BLAS calls inside one step, seconds in them): each call timed on its own."""
+    lib = pkg.model.L
+    spent, flops = [], []
+
+    def timed(fn):
+        def call(a, b, *rest, **kw):
+            t0 = time.perf_counter()
+            out = fn(a, b, *rest, **kw)
+            spent.append(time.perf_counter() - t0)
+            flops.append(2.0 * out.size * (a.shape[-1] if a.shape[-1] in b.shape[-2:] else a.shape[-2]))
+            return out
+        return call
+    saved = {name: getattr(lib, name) for name in ("matmul", "gemm", "fused_matmul")}
+    try:
+        for name, fn in saved.items():
+            setattr(lib, name, timed(fn))
+        model.step(**feeds)
+    finally:
+        for name, fn in saved.items():
+            setattr(lib, name, fn)
+    return sum(flops) / max(sum(spent), 1e-9) / 1e9, sum(spent)
+
+
+@pytest.mark.parametrize("n_threads", THREADS)
+def test_exported_step_vs_onnxruntime_and_torch(bert, package, n_threads):
+    import onnxruntime as ort
+    import torch
+    original, feeds, session, pkg = package
+    after = session.metrics()
+    info = threads.pin(n_threads)
+    model = pkg.Model(recycle_outputs=True, threads=n_threads)
     out = model.step(**feeds)
     assert mismatches(original, reference(original, feeds), out, 1e-3) == []
-
     so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = THREADS, 1
+    so.intra_op_num_threads, so.inter_op_num_threads = n_threads, 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 3
     sess = ort.InferenceSession(str(bert), so, providers=["CPUExecutionProvider"])
     ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
     sess.run(None, ort_feeds)
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(n_threads)
     torch.manual_seed(0)
     layer = bert_layer().train()
     opt = torch.optim.AdamW(layer.parameters(), lr=1e-3)
@@ -93,10 +125,23 @@ def test_exported_step_vs_onnxruntime_and_torch(bert, tmp_path):
             fn()
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\nBERT-base layer training step, {THREADS} thread(s) ({info}); recipe {session.cursor} steps, "
+    lib = pkg.model.L
+    lib.TRACE, walls = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        model.step(**feeds)
+        walls.append(time.perf_counter() - t0)
+    trace, lib.TRACE = lib.TRACE, None
+    busy = {w: sum(e - s for k, s, e in trace if k == w) / sum(walls) for w in sorted({k for k, _, _ in trace})}
+    rate, in_gemm = _gemm_rate(pkg, model, feeds)
+    print(f"\nBERT-base layer training step, {n_threads} thread(s) ({info}); recipe {session.cursor} steps, "
           f"{after.bytes / 1e6:.0f} MB moved; median of {REPS}:")
     for name, t in med.items():
         print(f"  {name:<12} {t * 1e3:8.1f} ms")
+    print(f"  schedule: {pkg.model.WORKERS if hasattr(pkg.model, 'WORKERS') else 1} workers, "
+          f"{len(pkg.model.SCHEDULE)} parallel steps; busy fraction of the step inside parallel steps per worker: "
+          + (", ".join(f"worker {w} {f:.0%}" for w, f in busy.items()) or "none (one thread runs in order)"))
+    print(f"  GEMMs in-step: {rate:.1f} GFLOP/s per call ({in_gemm * 1e3:.1f} ms of BLAS calls, timed one by one)")
     print(f"  speed-up vs onnxruntime {med['onnxruntime'] / med['dcstudio']:.3f}x (bar 1.2x), "
           f"vs torch eager {med['torch'] / med['dcstudio']:.3f}x (bar 1.2x)")
     assert med["onnxruntime"] / med["dcstudio"] > 0.8 and med["torch"] / med["dcstudio"] > 0.75

@@ -67,5 +67,5 @@ def test_names_are_whole_words_of_the_model_names(exported):
 def test_the_header_summarizes_the_history(exported):
     head = exported[1].split("\n\n")[0]
     assert len(head.splitlines()) <= 10
-    assert "# history: bert_layer_base_train.history.json (file sha256 " in head
-    assert re.search(r"# 514 steps: constant_folding x\d+, .*map_fusion x\d+", head.replace("\n#   ", " "))
+    assert "# history: 514 steps from bert_layer_base_train.history.json (file sha256 " in head
+    assert re.search(r"#   constant_folding x\d+, .*map_fusion x\d+", head.replace("\n#     ", " "))

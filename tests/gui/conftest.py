@@ -109,7 +109,7 @@ def export_and_check(qtbot, w, folder: Path, name: str, steps=()) -> None:
     assert d.passed is True, d.verdict.text() + "\n" + d.output.toPlainText()
     assert d.verdict.text().startswith("Check passed") and "outputs match" in d.verdict.text()
     header = (folder / name / "model.py").read_text().split("\n", 30)
-    assert f"# history: {len(steps)} step{'s' if len(steps) != 1 else ''}" in header
+    assert any(line.startswith(f"# history: {len(steps)} step{'s' if len(steps) != 1 else ''} ") for line in header)
     assert all(any(step in line for line in header) for step in steps)
     assert [p.name for p in folder.iterdir() if p.name.startswith(f".{name}.")] == []   # no staging left
     d.close()

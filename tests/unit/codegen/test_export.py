@@ -27,7 +27,7 @@ from transforms.registry import create  # noqa: E402
 
 STDLIB_OK = {"argparse", "os", "sys", "time", "math", "importlib", "__future__", "typing", "dataclasses",
              "itertools", "functools", "collections", "operator", "cmath", "numpy", "numba", "ml_dtypes",
-             "threadpoolctl"}   # optional: sets BLAS threads when installed (_lib.set_threads)
+             "threadpoolctl", "concurrent"}   # threadpoolctl optional: sets BLAS threads when installed (_lib.set_threads)
 
 
 # --- namespace -------------------------------------------------------------------------------
@@ -108,8 +108,8 @@ def test_header_names_source_history_and_generator(tmp_path):
                          history_file=hist)
     text = (res.path / "model.py").read_text()
     head = text.split("import os")[0]
-    assert "# source sha256: " in head and "# history: h.json (file sha256 44136fa355b3678a, steps sha256 " in head
-    assert "# 3 steps: map_fusion\\n x3\n" in head and "dcstudio 9.9" in head     # the name escaped, steps counted
+    assert "# source sha256: " in head and "# history: 3 steps from h.json (file sha256 44136fa355b3678a, " in head
+    assert "#   map_fusion\\n x3\n" in head and "dcstudio 9.9" in head     # the name escaped, steps counted
     assert text.count("    # ") >= len(g.nodes)           # a comment per kernel statement
 
 
