@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 
-from codegen.numba_cpu import halfbits
+from codegen.numba_cpu import flush, halfbits
 from codegen.numba_cpu.exprs import ExprPrinter, UnsupportedExpr, literal
 from codegen.numba_cpu.fastmath import FORMS
 from codegen.program.kernel import (KernelSource, UnsupportedMap, accumulator_dtype,  # noqa: F401
@@ -289,12 +289,15 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
         schedules.emit(nest, m, par)
     except UnsupportedExpr as e:
         raise UnsupportedMap(str(e)) from None
-    if nest.helpers & set(FORMS):
+    flushes = bool(nest.helpers & set(FORMS))
+    if flushes:                                   # fastmath forms: the opaque zero, subnormals flushed (flush.py)
         nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
+        nest.pre.insert(0, "mx = _ftz_on()")
+        nest.helpers |= set(flush.HELPERS)
     args = list(nest.arrays.values()) + [f"n{k}" for k in range(len(nest.extents))]
     flags = "cache=True, nogil=True, error_model=\"numpy\", fastmath=_FM" + (
         ", parallel=True" if par else "")
-    body = ["    " + line for line in nest.pre] + nest.w.lines
+    body = ["    " + line for line in nest.pre] + nest.w.lines + (["    _ftz_off(mx)"] if flushes else [])
     text = "\n".join([f"@njit({flags})", f"def kernel({', '.join(args)}):", *body, ""])
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     text = text.replace("def kernel(", f"def {name}(", 1)

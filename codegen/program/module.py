@@ -238,7 +238,7 @@ def _function(prog: Program, name: str, steps: list[list[Statement]], outputs: l
     schedule, one grouped GEMM) allocates their outputs, then runs each part as a closure side by
     side (``L.parallel``)."""
     g = prog.graph
-    parallel = prog.schedule is not None and prog.schedule.workers > 1
+    index = {id(st): k for k, st in enumerate(prog.statements)}
     params = ", ".join(["W", "B", "R"] + [prog.var(c) for c in g.inputs])
     lines = [f"def {name}({params}):"]
     used = {c for step in steps for st in step for c in st.reads} | set(outputs)
@@ -250,7 +250,9 @@ def _function(prog: Program, name: str, steps: list[list[Statement]], outputs: l
         for st in step:
             lines.append("    " + st.head)
             lines += ["    " + alloc_line(prog, a, slots) for a in st.allocs]
-        tasks = [(st, task) for st in step for task in (st.tasks if parallel and st.tasks else (st.lines,))]
+        split = prog.schedule.split if prog.schedule is not None else set()
+        tasks = [(st, task) for st in step
+                 for task in (st.tasks if len(step) == 1 and index[id(st)] in split else (st.lines,))]
         if len(tasks) == 1:
             lines += ["    " + text for text in step[0].lines]
         else:

@@ -10,11 +10,16 @@ exceeds the cores. The buffer plan treats a step as one statement (``merged``), 
 statements of a step share a slot.
 
 List scheduling, critical path first: among the statements whose inputs are ready, the one with
-the longest remaining path (by ``cost``: a roofline estimate from ``ir.movement``, one thread's
-FLOP rate and bandwidth) is placed first; the step is filled with the ready statements whose cost
-is closest to it (a short partner finishes early and leaves its worker idle, so partners are
-chosen by similar cost, never one that is 4× shorter unless nothing better is ready). Statements
-that cannot run in a step (views, constants, reference and extern calls) keep their own step.
+the longest remaining path (by ``cost``: a roofline estimate from ``ir.movement`` at one thread's
+FLOP rate and bandwidth) is placed first, and a ready partner joins its step only where the model
+says the pair is faster side by side than one after the other on all threads. The model: BLAS
+scales with threads (``BLAS_SPEEDUP`` on two: a 1024×3072×768 sgemm took 97 ms on one thread,
+49 ms on two, and two of them side by side on one thread each 52 ms), a numba loop nest without
+``prange`` does not; a step costs ``OVERHEAD`` to fork, and must save ``MIN_GAIN`` of its in-order
+time (the costs are estimates). So two kernels pair freely, a GEMM pairs with a kernel only of
+similar length (else it would run on half the threads for longer than the kernel saves), and a
+grouped GEMM runs its members side by side (``split``) only where BLAS scales worse than that. Statements that cannot run in a step (views, constants,
+reference and extern calls) keep their own step.
 
 The schedule is data: ``Schedule.table()`` prints it (the exported module carries it as a comment
 table and ``SCHEDULE``), and ``L.parallel`` can record when each member ran (the benchmark's
@@ -31,34 +36,46 @@ from ir.movement import kernel_estimate
 PARALLEL_KINDS = frozenset({"kernel", "blas"})
 FLOPS_PER_S = 90e9       # one core's sgemm rate, for ordering only (calibrated peaks are not needed)
 BYTES_PER_S = 20e9       # one core's streaming bandwidth
-MIN_PARTNER = 0.25       # a partner shorter than this fraction of the step's longest member is a last resort
+BLAS_SPEEDUP = 1.95      # a large BLAS call on two threads against one (1024x3072x768 sgemm here: 1.97)
+OVERHEAD = 2e-4          # seconds to fork and join a step (a pool round trip and two BLAS thread switches)
+MIN_GAIN = 0.10          # a step must save this share of its in-order time: the model is rough
 
 
 @dataclass
 class Schedule:
     workers: int
     steps: list[list[int]] = field(default_factory=list)    # statement indices, program order within a step
-    cost: list[float] = field(default_factory=list)         # estimated seconds per statement
+    cost: list[float] = field(default_factory=list)         # estimated seconds per statement, one thread
+    speedup: list[float] = field(default_factory=list)      # on all workers' threads against one
+    split: set[int] = field(default_factory=set)            # grouped statements whose members run side by side
+    member_time: dict[int, float] = field(default_factory=dict)   # split statement -> its longest member
 
     @property
     def parallel_steps(self) -> int:
         return sum(len(s) > 1 for s in self.steps)
 
     def overlap(self) -> float:
-        """Estimated fraction of the sequential time hidden by running steps' members side by side."""
-        total = sum(self.cost)
-        step_time = sum(max(self.cost[k] for k in s) for s in self.steps)
-        return 1.0 - step_time / total if total else 0.0
+        """Estimated fraction of the in-order time (every statement on all threads) the steps save."""
+        alone = [c / s for c, s in zip(self.cost, self.speedup)]
+        timed = 0.0
+        for step in self.steps:
+            if len(step) > 1:
+                timed += max(self.cost[k] for k in step)
+            else:
+                timed += self.member_time.get(step[0], alone[step[0]])
+        total = sum(alone)
+        return 1.0 - timed / total if total else 0.0
 
     def table(self, statements: list[Statement]) -> list[str]:
-        """``#`` lines: each parallel step, its members and their estimated milliseconds."""
+        """``#`` lines: each step that runs work side by side, with estimated one-thread milliseconds."""
         lines = [f"# Schedule: {len(self.steps)} steps for {len(statements)} statements on {self.workers} workers; "
-                 f"{self.parallel_steps} steps run statements side by side (estimated {self.overlap():.0%} of the "
-                 "sequential time hidden)."]
+                 f"{self.parallel_steps} steps pair statements and {len(self.split)} grouped GEMMs run their "
+                 f"members side by side (estimated {self.overlap():.0%} faster than in order)."]
         for n, step in enumerate(self.steps):
-            if len(step) > 1:
+            if len(step) > 1 or step[0] in self.split:
+                what = "members side by side" if len(step) == 1 else "side by side"
                 members = "; ".join(f"{statements[k].node_id} {self.cost[k] * 1e3:.2f} ms" for k in step)
-                lines.append(f"#   step {n}: {members}")
+                lines.append(f"#   step {n} ({what}): {members}")
         return lines
 
 
@@ -67,10 +84,29 @@ def statement_cost(prog: Program, st: Statement) -> float:
     if st.kind in ("view", "constant"):
         return 0.0
     node = prog.graph.nodes.get(st.node_id)
-    if node is None:
-        return 0.0
+    return _roofline(prog, node) if node is not None else 0.0
+
+
+def _roofline(prog: Program, node) -> float:
     est = kernel_estimate(prog.graph, node)
     return max(est.flops / FLOPS_PER_S, est.bytes / BYTES_PER_S)
+
+
+def _speedup(st: Statement, workers: int) -> float:
+    """How much faster ``st`` runs on ``workers`` threads than on one: BLAS calls (a contraction,
+    with or without an epilogue kernel) scale, loop nests without ``prange`` do not."""
+    if workers > 1 and (st.kind == "blas" or (st.kind == "kernel" and st.lines and not st.lines[0].startswith("K."))):
+        return BLAS_SPEEDUP
+    return 1.0
+
+
+def _member_costs(prog: Program, st: Statement) -> list[float]:
+    """One-thread seconds of each member of a grouped GEMM statement (its FLOPs: GEMMs are compute-bound)."""
+    from ir import fused_ops
+    node = prog.graph.nodes.get(st.node_id)
+    if node is None or not fused_ops.is_group(node):
+        return []
+    return [fused_ops.fused_flops(prog.graph, m) / FLOPS_PER_S for m in fused_ops.members(node)]   # compute-bound
 
 
 def dependencies(statements: list[Statement], recorded: dict[str, list[str]] | None = None) -> list[set[int]]:
@@ -106,8 +142,17 @@ def dependencies(statements: list[Statement], recorded: dict[str, list[str]] | N
 def fork_join(prog: Program, workers: int = 2) -> Schedule:
     """The steps of ``prog`` (see the module docstring); one statement per step when ``workers`` is 1."""
     statements = prog.statements
-    cost = [statement_cost(prog, st) for st in statements]
-    sched = Schedule(max(1, int(workers)), cost=cost)
+    n = max(1, int(workers))
+    sched = Schedule(n, cost=[statement_cost(prog, st) for st in statements],
+                     speedup=[_speedup(st, n) for st in statements])
+    cost = sched.cost
+    if n > 1:
+        for k, st in enumerate(statements):
+            members = _member_costs(prog, st) if len(st.tasks) > 1 else []
+            in_order = sum(members) / sched.speedup[k]
+            if members and len(members) <= n and in_order - max(members) - OVERHEAD > MIN_GAIN * in_order:
+                sched.split.add(k)
+                sched.member_time[k] = max(members)
     deps = dependencies(statements, _raw_table(prog.graph))
     users: list[list[int]] = [[] for _ in statements]
     for k, ds in enumerate(deps):
@@ -117,12 +162,14 @@ def fork_join(prog: Program, workers: int = 2) -> Schedule:
     for k in reversed(range(len(statements))):
         path[k] = cost[k] + max((path[u] for u in users[k]), default=0.0)
     waiting = [len(ds) for ds in deps]
-    ready = {k for k, n in enumerate(waiting) if n == 0}
+    ready = {k for k, w in enumerate(waiting) if w == 0}
     while ready:
         first = max(ready, key=lambda k: (path[k], -k))
         step = [first]
-        if sched.workers > 1 and _pairable(statements[first], cost[first], sched.workers):
-            step += _partners(first, ready, statements, cost, sched.workers - 1)
+        if n > 1 and first not in sched.split and _pairable(statements[first], cost[first]):
+            partner = _partner(first, ready, statements, sched)
+            if partner is not None:
+                step.append(partner)
         step.sort()
         sched.steps.append(step)
         for k in step:
@@ -137,13 +184,24 @@ def fork_join(prog: Program, workers: int = 2) -> Schedule:
     return sched
 
 
-def _partners(first: int, ready: set[int], statements: list[Statement], cost: list[float], n: int) -> list[int]:
-    """Up to ``n`` ready statements to run beside ``first``: similar cost first."""
-    candidates = [k for k in ready if k != first and _pairable(statements[k], cost[k], n + 1)]
-    good = [k for k in candidates if cost[k] >= MIN_PARTNER * cost[first]]
-    pool = good or candidates
-    pool.sort(key=lambda k: (abs(cost[k] - cost[first]), k))
-    return pool[:n]
+def _gain(a: int, b: int, sched: Schedule) -> float:
+    """Seconds saved by running ``a`` and ``b`` side by side (one thread each) instead of one after
+    the other on all threads."""
+    c, s = sched.cost, sched.speedup
+    in_order = c[a] / s[a] + c[b] / s[b]
+    saved = in_order - max(c[a], c[b]) - OVERHEAD
+    return saved if saved > MIN_GAIN * in_order else 0.0
+
+
+def _partner(first: int, ready: set[int], statements: list[Statement], sched: Schedule) -> int | None:
+    """The ready statement that gains most beside ``first``, if any gains."""
+    best, gain = None, 0.0
+    for k in sorted(ready):
+        if k != first and k not in sched.split and _pairable(statements[k], sched.cost[k]):
+            g = _gain(first, k, sched)
+            if g > gain:
+                best, gain = k, g
+    return best
 
 
 def units(statements: list[Statement], sched: Schedule | None, keep: list[Statement] | None = None
@@ -160,10 +218,9 @@ def units(statements: list[Statement], sched: Schedule | None, keep: list[Statem
     return out
 
 
-def _pairable(st: Statement, cost: float, workers: int) -> bool:
-    """A statement that may share a step: a call into planned buffers, not already as wide as
-    the workers (a grouped GEMM runs its members side by side itself)."""
-    return st.kind in PARALLEL_KINDS and cost > 0 and len(st.tasks) < workers
+def _pairable(st: Statement, cost: float) -> bool:
+    """A statement that may share a step: a call into planned buffers that takes time."""
+    return st.kind in PARALLEL_KINDS and cost > 0
 
 
 def merged(steps: list[list[Statement]]) -> list[Statement]:

@@ -21,9 +21,11 @@ def exported():
     from codegen.export.package import header
     from codegen.numba_cpu.backend import program
     from codegen.program.module import module_text
+    from codegen.program.schedule import fork_join
     from studio.export_cmd import load_with_history
     graph, steps = load_with_history(str(MODEL), str(HISTORY), [])
     prog = program(graph)
+    prog.schedule = fork_join(prog, 2)                  # as export_package does
     head = header(graph, steps, "golden", HISTORY)
     return prog, module_text(prog, mode="export", doc="The bundled example, exported (golden test).", header=head)
 

@@ -219,7 +219,7 @@ def _bias_residual_layernorm(shape=(6, 40)) -> Graph:
     return g
 
 
-@pytest.mark.parametrize("shape", [(6, 40), (2, 3, 40), (1, 40)])
+@pytest.mark.parametrize("shape", [(6, 512), (2, 3, 512), (1, 512)])
 def test_sweeps_recomputing_one_value_share_a_row_buffer(shape):
     """The LayerNorm sweeps read bias + residual from a row buffer (``rowcache``), and the first sweep
     of the next row runs inside the last sweep of this one (two buffers, skewed along the last row
@@ -237,6 +237,17 @@ def test_sweeps_recomputing_one_value_share_a_row_buffer(shape):
     assert "cur, nxt = (c0, c1)" in text and len(residual_reads) == 2, text       # prologue, next row
     assert all("pn" in ix.split(", ") for ix in residual_reads), residual_reads
     assert text.count("= cur[") == 3, text
+    _same_as_reference(g, 1e-5)
+
+
+def test_short_rows_are_swept_again_instead_of_cached():
+    """Below ``ROWCACHE_MIN`` points a row is cheaper to re-read from L1 than to buffer and skew."""
+    from codegen.numba_cpu import rowcache, schedules
+    g = _bias_residual_layernorm((6, schedules.ROWCACHE_MIN // 4))
+    (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    assert rowcache.plan(m, {"y"}) is not None                 # it could be cached ...
+    text = kernel_source(m, g).source
+    assert "cur" not in text and "nxt" not in text, text        # ... but is swept three times
     _same_as_reference(g, 1e-5)
 
 
@@ -260,17 +271,21 @@ def test_gelu_prints_as_one_fast_form_with_the_opaque_zero():
     lowering.expand_all(g)
     (gm,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
     ks = kernel_source(gm, g)
-    assert "fast_gelu(" in ks.source and "erf" not in ks.source and ks.helpers == ("fast_gelu",)
+    assert "fast_gelu(" in ks.source and "erf" not in ks.source
+    assert ks.helpers == ("_ftz_off", "_ftz_on", "fast_gelu")            # subnormals flush inside (flush.py)
+    assert "mx = _ftz_on()" in ks.source and ks.source.rstrip().endswith("_ftz_off(mx)")
     assert ks.extents[-1] == 0 and f"{ZERO} = np.float32(n{len(ks.extents) - 1})" in ks.source
     _same_as_reference(g, 1e-5)
 
 
 @pytest.mark.parametrize("shape", [(2, 32768, 4), (65536, 4), (130, 512)])   # 130: a last block of 2 rows
-def test_row_buffers_of_a_prange_kernel_are_per_row_block(shape):
+def test_row_buffers_of_a_prange_kernel_are_per_row_block(shape, monkeypatch):
     """With ``prange`` over the rows each thread's iterations allocate their own buffers; with one
     row param the rows run in blocks of ``CHUNK_ROWS``, each skewed on its own: the parallel kernel
-    equals the serial one (up to the summation order the compiler picks for each)."""
-    from codegen.numba_cpu import kernel_cache
+    equals the serial one (up to the summation order the compiler picks for each). Rows of any
+    length are cached here (``ROWCACHE_MIN`` 0) so that many rows stay cheap to test."""
+    from codegen.numba_cpu import kernel_cache, schedules
+    monkeypatch.setattr(schedules, "ROWCACHE_MIN", 0)
     g = _bias_residual_layernorm(shape)
     (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
     serial, par = kernel_source(m, g), kernel_source(m, g, parallel=True)
@@ -288,7 +303,7 @@ def test_row_buffers_of_a_prange_kernel_are_per_row_block(shape):
 
 def test_row_buffer_without_row_params():
     """A LayerNorm over a whole 1-D tensor is one row and no row loop: buffer, no skew."""
-    g = _bias_residual_layernorm((40,))
+    g = _bias_residual_layernorm((1024,))
     (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
     text = kernel_source(m, g).source
     assert "c0 = np.empty(" in text and "nxt" not in text, text
