@@ -59,14 +59,37 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from ir.onnx_import import import_model
     graph = import_model(args.model, bindings=parse_bindings(args.bind), optimizer=args.optimizer)
     rep = movement.report(graph)
+    moved = exported_traffic(graph, args.exported) if args.exported else None
     if args.json:
         doc = {"model": args.model, "graph": graph.name, "kind": graph.meta.get("kind"),
                "sha256": graph.meta.get("sha256"), "bindings": graph.bindings, **rep.to_json()}
+        if moved is not None:
+            doc["exported"] = {"backend": moved.backend, "bytes_as_fused": moved.fused,
+                               "bytes_as_exported": moved.exported}
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return EXIT_OK
     print(_table(graph, rep, args.top))
+    if moved is not None:
+        print(traffic_lines(moved))
     return EXIT_OK
+
+
+def exported_traffic(graph, backend: str):
+    """``codegen.program.traffic`` of ``graph``'s program for ``backend`` (no kernel is compiled)."""
+    from codegen.export.package import backend_named
+    from codegen.program.program import build_program
+    from codegen.program.traffic import traffic
+    chosen = backend_named(backend)
+    return traffic(build_program(graph, chosen.renderer(False), kernels_may_alias=chosen.kernels_may_alias), backend)
+
+
+def traffic_lines(moved, n: int = 3) -> str:
+    """The two byte counts and the statements where they differ most."""
+    lines = [moved.summary()]
+    lines += [f"  {s.node_id}: {s.fused / 1e6:.1f} -> {s.exported / 1e6:.1f} MB ({s.why})"
+              for s in moved.largest_differences(n)]
+    return "\n".join(lines)
 
 
 def _table(graph, rep, top: int | None) -> str:
@@ -120,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: the one beside MODEL, if any)")
     ins.add_argument("--json", action="store_true", help="print the report as JSON")
     ins.add_argument("--top", type=int, default=None, metavar="N", help="only the N kernels moving most bytes")
+    ins.add_argument("--exported", choices=("cpu", "cuda"), default=None, metavar="BACKEND",
+                     help="also count the bytes the exported program moves on BACKEND (cpu or cuda) against the "
+                          "bytes as fused")
     ins.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     ins.set_defaults(func=_cmd_inspect)
     ops = sub.add_parser("ops", help="list the ops the importer supports")

@@ -88,6 +88,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(res.statements.items()))
     print(f"exported {args.model} ({len(steps)} history steps) to {out} [{args.backend}]: "
           f"{res.kernels} generated kernels; statements: {kinds}")
+    if res.traffic is not None:
+        from studio.cli import traffic_lines
+        print(traffic_lines(res.traffic))
     print(f"check it: cd {out.parent} && python -m {res.package} --check")
     return 0
 

@@ -104,8 +104,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if baseline is not None and reports[-1].bytes > baseline * (1 + tolerance):
         failures[reports[-1].step] = (f"bytes {reports[-1].bytes} exceed the baseline {baseline} by more than "
                                       f"{tolerance:.1%}")
-    _write_reports(args, reports, failures)
-    _print_summary(args, reports, failures)
+    moved = None
+    if args.exported:
+        from studio.cli import exported_traffic
+        moved = exported_traffic(graph, args.exported)
+    _write_reports(args, reports, failures, moved)
+    _print_summary(args, reports, failures, moved)
     if "last" in checked and not any("mismatch" in v for v in failures.values()):
         sys.stdout.write(f"check: {checked['last'].summary}\n")
     return 1 if failures else 0
@@ -159,14 +163,18 @@ def _mismatch_text(rep: StepReport, result, what: str = "first mismatch") -> str
 
 
 
-def _write_reports(args, reports, failures) -> None:
+def _write_reports(args, reports, failures, moved=None) -> None:
     if args.json:
-        write_atomic(args.json, dump_json(report_json(args.model, args.history, reports, failures)))
+        doc = report_json(args.model, args.history, reports, failures)
+        if moved is not None:
+            doc["summary"]["exported"] = {"backend": moved.backend, "bytes_as_fused": moved.fused,
+                                          "bytes_as_exported": moved.exported}
+        write_atomic(args.json, dump_json(doc))
     if args.junit:
         write_atomic(args.junit, junit_xml(f"replay {Path(args.history).name}", reports, failures))
 
 
-def _print_summary(args, reports: list[StepReport], failures: dict[int, str]) -> None:
+def _print_summary(args, reports: list[StepReport], failures: dict[int, str], moved=None) -> None:
     first, last = reports[0], reports[-1]
     out = sys.stdout
     if not args.quiet:
@@ -178,6 +186,9 @@ def _print_summary(args, reports: list[StepReport], failures: dict[int, str]) ->
     out.write(f"replayed {len(reports) - 1} steps: {first.bytes / 1e6:.2f} MB -> {last.bytes / 1e6:.2f} MB "
               f"({-red:+.1%}), bound {last.bound / 1e6:.2f} MB, moved/bound {first.ratio:.2f}x -> "
               f"{last.ratio:.2f}x, graph {last.graph_hash[:12]}\n")
+    if moved is not None:
+        from studio.cli import traffic_lines
+        out.write(traffic_lines(moved) + "\n")
     for step, msg in sorted(failures.items()):
         sys.stderr.write(f"dcstudio: step {step}: {msg}\n")
 
@@ -186,6 +197,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("replay", help="replay a history file headless (for CI)")
     p.add_argument("model", help="the ONNX model the history was recorded on")
     p.add_argument("history", help="a dcstudio-history JSON file")
+    p.add_argument("--exported", choices=("cpu", "cuda"), default=None, metavar="BACKEND",
+                   help="also print the bytes the exported program moves on BACKEND against the bytes as fused")
     p.add_argument("--check", action="store_true",
                    help="compare the replayed graph with the original model (codegen.oracle); on a mismatch, "
                         "bisect to the first failing step")

@@ -41,6 +41,7 @@ from codegen.program.module import module_text
 from codegen.program.namespace import comment
 from codegen.program.program import Program, build_program
 from codegen.program.schedule import fork_join
+from codegen.program.traffic import Traffic, traffic
 from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
@@ -70,6 +71,7 @@ class ExportResult:
     kernels: int
     statements: dict[str, int]
     files: list[str] = field(default_factory=list)
+    traffic: Traffic | None = None          # bytes as fused against bytes as exported
 
 
 def package_name(out_dir: Path) -> str:
@@ -218,7 +220,7 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
     for st in prog.statements:
         kinds[st.kind] = kinds.get(st.kind, 0) + 1
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    return ExportResult(out, name, len(prog.kernels), kinds, files)
+    return ExportResult(out, name, len(prog.kernels), kinds, files, traffic(prog, backend.name))
 
 
 def _oracle(graph: Graph, inputs, oracle: Oracle | None, rtol: float | None) -> Oracle:
@@ -246,7 +248,8 @@ def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str
     for n in chosen:
         if n in inputs:
             prog.arrays[prog.var(n)] = np.asarray(inputs[n])    # default inputs: Model.state
-    head = header(graph, history[0], version, history[1])
+    moved = traffic(prog, backend.name)
+    head = header(graph, history[0], version, history[1]) + f"# {moved.summary()}\n"
     (tmp / "model.py").write_text(module_text(prog, mode="export", doc=doc, header=head), encoding="utf-8")
     _write_kernels(prog, tmp / "kernels", backend)
     (tmp / "_lib.py").write_text(backend.library.read_text(encoding="utf-8"), encoding="utf-8")

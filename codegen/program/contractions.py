@@ -50,24 +50,25 @@ def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
         allocs = tuple(a for p in parts for a in p[0])
         lines = [line for p in parts for line in p[1]]
         tasks = tuple(tuple(p[1]) for p in parts)
+        calls = tuple(c for p in parts for c in p[4])
         kernels = [p[2] for p in parts if p[2]]
         temps = tuple(t for p in parts for t in p[3])
     else:
         one = _one(prog, node)
         if one is None:
             return None
-        allocs, lines, kernel, temps = one
+        allocs, lines, kernel, temps, calls = one
         kernels = [kernel] if kernel else []
         tasks = ()
     reads = tuple(dict.fromkeys(m.container for m in node.inputs if m is not None))
     writes = tuple(m.container for m in node.outputs if m is not None) + temps
     kind = "kernel" if kernels else "blas"
     return Statement(node.id, node.qualified_type, kind, head, lines, reads, writes, allocs,
-                     kernels[0] if kernels else None, tasks)
+                     kernels[0] if kernels else None, tasks, calls)
 
 
 def _one(prog: "Program", node: OpNode):
-    """(allocs, lines, kernel name or None, temps) of one contraction, or None if it is none."""
+    """(allocs, lines, kernel name or None, temps, calls) of one contraction, or None if it is none."""
     from codegen.program.program import Alloc
     ins = [prog.operand(m.container) if m is not None else "None" for m in node.inputs]
     if not fused_ops.has_epilogue(node):
@@ -76,7 +77,7 @@ def _one(prog: "Program", node: OpNode):
         if call is None:
             return None
         prog.np_type(outs[0])
-        return (Alloc(outs[0]),), [call], None, ()
+        return (Alloc(outs[0]),), [call], None, (), ((call.split("(", 1)[0], _operands(node) + (outs[0],)),)
     base = fused_ops.contraction(node)
     acc = fused_ops.accumulator(prog.graph, node)
     temp = f"{node.id}/@acc"
@@ -94,4 +95,11 @@ def _one(prog: "Program", node: OpNode):
     for c in ks.outputs:
         prog.np_type(c)
     args = [prog.kernel_arg(c) for c in ks.arrays] + [str(n) for n in ks.extents]
-    return allocs, [call, f"K.{ks.name}({', '.join(args)})"], ks.name, (temp,)
+    operands = tuple(m.container for m in node.inputs[:fused_ops.slots(node)] if m is not None)
+    calls = ((call.split("(", 1)[0], operands + (temp,)), (f"K.{ks.name}", ks.arrays))
+    return allocs, [call, f"K.{ks.name}({', '.join(args)})"], ks.name, (temp,), calls
+
+
+def _operands(node: OpNode) -> tuple[str, ...]:
+    """The containers a BLAS call of ``node`` reads (absent optional inputs left out)."""
+    return tuple(m.container for m in node.inputs if m is not None)

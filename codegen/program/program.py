@@ -71,6 +71,7 @@ class Statement:
     allocs: tuple[Alloc, ...] = ()
     kernel: str | None = None
     tasks: tuple[tuple[str, ...], ...] = ()   # independent parts of ``lines`` (a grouped GEMM's members)
+    calls: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (callee, containers its arrays are), as run
 
 
 @dataclass
@@ -196,7 +197,7 @@ def _map(prog: Program, m: MapNode, head: str) -> Statement:
     args = [prog.kernel_arg(c) for c in ks.arrays] + [str(n) for n in ks.extents]
     reads = tuple(c for c in ks.arrays if c not in ks.outputs)
     return Statement(m.id, m.label, "kernel", head, [f"K.{ks.name}({', '.join(args)})"], reads, ks.outputs,
-                     allocs, ks.name)
+                     allocs, ks.name, calls=((f"K.{ks.name}", ks.arrays),))
 
 
 def _op(prog: Program, node: OpNode, head: str) -> Statement:
@@ -211,7 +212,9 @@ def _op(prog: Program, node: OpNode, head: str) -> Statement:
         targets = ", ".join(prog.var(m.container) if m is not None else "_" for m in node.outputs) + ", *_"
     else:
         targets = prog.var(outs[0])
-    return Statement(node.id, node.qualified_type, kind, head, [f"{targets} = {call}"], _reads(node), outs)
+    calls = (("L.reference", _reads(node) + outs),) if kind == "reference" else ()
+    return Statement(node.id, node.qualified_type, kind, head, [f"{targets} = {call}"], _reads(node), outs,
+                     calls=calls)
 
 
 def _special(prog: Program, node: OpNode, ins: list[str]) -> tuple[str, str | None]:
@@ -279,4 +282,5 @@ def _extern(prog: Program, node, head: str, reason: str) -> Statement:
     outs = [prog.var(c) for c in _writes(node)]
     call = f"EXTERN[{k}]({', '.join(ins)})"
     lines = [f"# runs in the reference executor: {comment(reason)}", f"{', '.join(outs)}, *_ = {call}"]
-    return Statement(node.id, _label(node), "extern", head, lines, _reads(node), _writes(node))
+    return Statement(node.id, _label(node), "extern", head, lines, _reads(node), _writes(node),
+                     calls=(("EXTERN", _reads(node) + _writes(node)),))

@@ -66,3 +66,25 @@ def test_a_reader_that_goes_away_gets_no_traceback(fixtures_dir):
     proc = subprocess.run(f"{sys.executable} -m studio.cli inspect {model} | true; echo ${{PIPESTATUS[0]}}",
                           shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
     assert proc.stdout.strip() == "141" and proc.stderr == "", proc.stdout + proc.stderr
+
+
+def test_inspect_and_replay_count_bytes_as_exported(tmp_path, capsys):
+    """``--exported cpu``: the bytes the CPU program moves beside the bytes as fused, per ``traffic``."""
+    from codegen.numba_cpu.backend import program
+    from codegen.program.traffic import traffic
+    from studio.export_cmd import load_with_history
+    model = REPO / "resources/examples/bert_layer_base_train.onnx"
+    history = REPO / "resources/examples/bert_layer_base_train.history.json"
+    assert main(["inspect", str(model), "--exported", "cpu", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exported"]["bytes_as_fused"] == pytest.approx(doc["total"]["bytes"], rel=1e-6)   # lowered: within bytes
+    assert doc["exported"]["bytes_as_exported"] < doc["total"]["bytes"]          # views move nothing
+    report_path = tmp_path / "r.json"
+    assert main(["replay", str(model), str(history), "--quiet", "--exported", "cpu", "--json", str(report_path)]) == 0
+    out = capsys.readouterr().out
+    graph, _ = load_with_history(str(model), str(history), [])
+    want = traffic(program(graph))
+    assert want.summary() in out and "raw product" in out
+    summary = json.loads(report_path.read_text())["summary"]
+    assert summary["exported"] == {"backend": "cpu", "bytes_as_fused": want.fused, "bytes_as_exported": want.exported}
+    assert want.fused == pytest.approx(summary["bytes_after"], rel=1e-6)
