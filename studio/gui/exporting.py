@@ -137,7 +137,7 @@ def export_session(session: Session, target: str | os.PathLike, backend: str = "
         shutil.rmtree(staging, ignore_errors=True)
     progress(2, 2, f"exported {target}")
     files = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
-    return ExportResult(target, result.package, result.kernels, result.statements, files)
+    return ExportResult(target, result.package, result.kernels, result.statements, files, result.traffic)
 
 
 def check_command(result: ExportResult) -> tuple[str, list[str], str]:

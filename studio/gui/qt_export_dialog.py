@@ -158,6 +158,8 @@ class QtExportDialog(QDialog):
         self.window_.settings.setValue("exportFolder", str(Path(result.path).parent))
         self.output.appendPlainText(f"wrote {result.path} ({result.kernels} generated kernels, "
                                     f"{len(result.files)} files)")
+        if result.traffic is not None:                  # what the count says against what the module runs
+            self.output.appendPlainText(result.traffic.summary())
         if self.run_check.isChecked():
             self._start_check()
         else:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -108,6 +109,7 @@ def export_and_check(qtbot, w, folder: Path, name: str, steps=()) -> None:
     qtbot.waitUntil(lambda: d.state == "done", timeout=CHECK_MS)
     assert d.passed is True, d.verdict.text() + "\n" + d.output.toPlainText()
     assert d.verdict.text().startswith("Check passed") and "outputs match" in d.verdict.text()
+    assert re.search(r"bytes as fused [\d.]+ MB, as exported \(cpu\) [\d.]+ MB", d.output.toPlainText())
     header = (folder / name / "model.py").read_text().split("\n", 30)
     assert any(line.startswith(f"# history: {len(steps)} step{'s' if len(steps) != 1 else ''} ") for line in header)
     assert all(any(step in line for line in header) for step in steps)
