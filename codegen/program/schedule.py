@@ -140,12 +140,15 @@ def dependencies(statements: list[Statement], recorded: dict[str, list[str]] | N
 
 
 def fork_join(prog: Program, workers: int = 2) -> Schedule:
-    """The steps of ``prog`` (see the module docstring); one statement per step when ``workers`` is 1."""
+    """The steps of ``prog`` (see the module docstring); with one worker, each statement in program order."""
     statements = prog.statements
     n = max(1, int(workers))
     sched = Schedule(n, cost=[statement_cost(prog, st) for st in statements],
                      speedup=[_speedup(st, n) for st in statements])
     cost = sched.cost
+    if n == 1:                                        # nothing runs side by side: keep the program's order
+        sched.steps = [[k] for k in range(len(statements))]
+        return sched
     if n > 1:
         for k, st in enumerate(statements):
             members = _member_costs(prog, st) if len(st.tasks) > 1 else []
