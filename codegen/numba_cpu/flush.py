@@ -10,20 +10,23 @@ exit (``_ftz_off``), so only that kernel, on that thread, flushes: results below
 every other kernel keep IEEE subnormals.
 
 The helpers are numba intrinsics (``llvm.x86.sse.stmxcsr``/``ldmxcsr``); ``SOURCE`` is copied
-into kernel modules like the fastmath forms. On a machine that is not x86-64 they do nothing.
+into kernel modules like the fastmath forms and decides when the module is imported whether the
+machine is x86-64 (elsewhere they do nothing), so an exported package runs anywhere. They wrap
+the kernel's loops only (``around_loops``): buffer allocations before them may raise, and then
+nothing was changed. A ``prange`` kernel does not flush: OpenMP workers would inherit the bits
+for good, and chunks would round differently depending on the thread that ran them.
 """
 from __future__ import annotations
 
-import platform
-
 HELPERS = ("_ftz_on", "_ftz_off")
-X86 = platform.machine().lower() in ("x86_64", "amd64")
 
-SOURCE = '''from llvmlite import ir as _ir
+SOURCE = '''import platform as _platform
+
+from llvmlite import ir as _ir
 from numba import types as _types
 from numba.extending import intrinsic as _intrinsic
 
-_MXCSR_FTZ_DAZ = 0x8040 if {x86} else 0
+_MXCSR_FTZ_DAZ = 0x8040 if _platform.machine().lower() in ("x86_64", "amd64") else 0
 
 
 def _mxcsr(builder, name, slot):
@@ -58,7 +61,14 @@ def _ftz_off(typingctx, old):
             _mxcsr(builder, "ldmxcsr", slot)
         return context.get_dummy_value()
     return _types.void(_types.int32), codegen
-'''.replace("{x86}", repr(X86))
+'''
+
+
+def around_loops(lines: list[str]) -> list[str]:
+    """The kernel body ``lines`` (indented one level) with the flush on before its first top-level
+    loop and off after the last line."""
+    first = next((k for k, line in enumerate(lines) if line.startswith("    for ")), 0)
+    return lines[:first] + ["    mx = _ftz_on()"] + lines[first:] + ["    _ftz_off(mx)"]
 
 
 def source_of(name: str) -> str:

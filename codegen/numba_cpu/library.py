@@ -23,6 +23,7 @@ package carries a verbatim copy of it (``_lib.py``), so it must not import anyth
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -87,6 +88,7 @@ def set_threads(threads: int | None = None) -> dict:
 
 _POOL = None
 _BLAS = None
+_STEP = threading.Lock()     # one parallel step at a time (BLAS thread counts are global)
 TRACE = None   # a list to record (worker, start, end) perf_counter seconds of every parallel member
 
 
@@ -106,15 +108,22 @@ def _blas_controller():
 def parallel(*tasks) -> None:
     """Run ``tasks`` (closures that call kernels and BLAS into preallocated buffers) side by side:
     the first on this thread, the others on a small pool (numba kernels and BLAS release the GIL).
-    Meanwhile each BLAS call gets ``threads // len(tasks)`` threads, so the total stays within
-    the threads ``set_threads`` chose; they are restored afterwards. Exceptions propagate."""
-    global _POOL
+    Meanwhile each BLAS call gets ``threads // len(tasks)`` threads, so the total stays within the
+    threads ``set_threads`` chose; they are restored once every task has ended. The first
+    exception is raised after all tasks have ended (none is left writing into the step's
+    buffers). One step at a time in this process: a second caller waits (``_STEP``)."""
     import time
     if _THREADS[0] <= 1 or len(tasks) == 1:          # one thread: in order, as the sequential step
         for task in tasks:
             task()
         return
-    from concurrent.futures import ThreadPoolExecutor
+    with _STEP:
+        _parallel(tasks, time)
+
+
+def _parallel(tasks, time) -> None:
+    global _POOL
+    from concurrent.futures import ThreadPoolExecutor, wait
     if _POOL is None or _POOL._max_workers < len(tasks) - 1:
         _POOL = ThreadPoolExecutor(max_workers=max(1, len(tasks) - 1), thread_name_prefix="dcstudio-step")
     blas = _blas_controller()
@@ -132,15 +141,22 @@ def parallel(*tasks) -> None:
     if share != total:
         for lib in libs:
             lib.set_num_threads(share)
+    futures, error = [], None
     try:
         futures = [_POOL.submit(run, k, task) for k, task in enumerate(tasks[1:], start=1)]
         run(0, tasks[0])
-        for f in futures:
-            f.result()
+    except BaseException as e:          # noqa: BLE001 - re-raised below, once the others have ended
+        error = e
     finally:
+        wait(futures)
         if share != total:
             for lib in libs:
                 lib.set_num_threads(total)
+    for f in futures:
+        if error is None and f.exception() is not None:
+            error = f.exception()
+    if error is not None:
+        raise error
 
 
 def _wide(x: np.ndarray) -> np.ndarray:

@@ -289,15 +289,16 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
         schedules.emit(nest, m, par)
     except UnsupportedExpr as e:
         raise UnsupportedMap(str(e)) from None
-    flushes = bool(nest.helpers & set(FORMS))
-    if flushes:                                   # fastmath forms: the opaque zero, subnormals flushed (flush.py)
+    forms = bool(nest.helpers & set(FORMS))
+    if forms:                                     # fastmath forms: the opaque zero (see ZERO)
         nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
-        nest.pre.insert(0, "mx = _ftz_on()")
+    flushes = forms and not par                   # subnormals flushed on this thread only (flush.py)
+    if flushes:
         nest.helpers |= set(flush.HELPERS)
     args = list(nest.arrays.values()) + [f"n{k}" for k in range(len(nest.extents))]
     flags = "cache=True, nogil=True, error_model=\"numpy\", fastmath=_FM" + (
         ", parallel=True" if par else "")
-    body = ["    " + line for line in nest.pre] + nest.w.lines + (["    _ftz_off(mx)"] if flushes else [])
+    body = ["    " + line for line in nest.pre] + (flush.around_loops(nest.w.lines) if flushes else nest.w.lines)
     text = "\n".join([f"@njit({flags})", f"def kernel({', '.join(args)}):", *body, ""])
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     text = text.replace("def kernel(", f"def {name}(", 1)

@@ -346,7 +346,7 @@ def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: 
     return "\n\n".join(p for p in parts if p) + LOAD_WEIGHTS[mode] + MODEL_CLASS
 
 
-_HEAD = re.compile(r"    # (\S+) \(.*\)$")
+_HEAD = re.compile(r"    # (\S+) \(.*\)$|    def _p\d+\(\):  # (\S+)$")
 
 
 def line_map(text: str) -> dict[int, str]:
@@ -357,7 +357,7 @@ def line_map(text: str) -> dict[int, str]:
     for k, line in enumerate(text.splitlines(), start=1):
         head = _HEAD.match(line)
         if head:
-            current = head.group(1)
+            current = head.group(1) or head.group(2)
         elif current and line.startswith("    "):
             out[k] = current
     return out

@@ -46,8 +46,9 @@ NP_TYPES = {"float32": "np.float32", "float64": "np.float64", "float16": "np.flo
             "uint16": "np.uint16", "uint32": "np.uint32", "uint64": "np.uint64", "bool": "np.bool_"}
 VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 METADATA_OPS = frozenset({"Shape", "Size"})
-RESERVED = ("W", "K", "L", "np", "os", "math", "EXTERN", "OpContext", "Model", "INPUTS", "OUTPUTS",
-            "FORWARD_OUTPUTS", "UPDATES")
+RESERVED = ("W", "B", "R", "K", "L", "np", "os", "math", "EXTERN", "OpContext", "Model", "INPUTS", "OUTPUTS",
+            "FORWARD_OUTPUTS", "UPDATES", "WORKERS", "SCHEDULE", "ARENA_BYTES", "SLOT_OF", "SHARED_BUFFERS",
+            "T", "S", "P", "SKIP", "ERR")   # _step's and the profiler's _step_timed's parameters, module constants
 
 
 @dataclass(frozen=True)

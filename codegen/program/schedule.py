@@ -49,6 +49,7 @@ class Schedule:
     speedup: list[float] = field(default_factory=list)      # on all workers' threads against one
     split: set[int] = field(default_factory=set)            # grouped statements whose members run side by side
     member_time: dict[int, float] = field(default_factory=dict)   # split statement -> its longest member
+    wide: set[int] = field(default_factory=set)             # statements that use every thread themselves (prange)
 
     @property
     def parallel_steps(self) -> int:
@@ -64,7 +65,7 @@ class Schedule:
             else:
                 timed += self.member_time.get(step[0], alone[step[0]])
         total = sum(alone)
-        return 1.0 - timed / total if total else 0.0
+        return max(0.0, 1.0 - timed / total) if total and self.parallel_steps + len(self.split) else 0.0
 
     def table(self, statements: list[Statement]) -> list[str]:
         """``#`` lines: each step that runs work side by side, with estimated one-thread milliseconds."""
@@ -146,16 +147,18 @@ def fork_join(prog: Program, workers: int = 2) -> Schedule:
     sched = Schedule(n, cost=[statement_cost(prog, st) for st in statements],
                      speedup=[_speedup(st, n) for st in statements])
     cost = sched.cost
+    for k, st in enumerate(statements):             # a prange kernel already uses every thread: alone
+        if any(callee.startswith("K.") and prog.kernels[callee[2:]].parallel for callee, _ in st.calls):
+            sched.wide.add(k)
     if n == 1:                                        # nothing runs side by side: keep the program's order
         sched.steps = [[k] for k in range(len(statements))]
         return sched
-    if n > 1:
-        for k, st in enumerate(statements):
-            members = _member_costs(prog, st) if len(st.tasks) > 1 else []
-            in_order = sum(members) / sched.speedup[k]
-            if members and len(members) <= n and in_order - max(members) - OVERHEAD > MIN_GAIN * in_order:
-                sched.split.add(k)
-                sched.member_time[k] = max(members)
+    for k, st in enumerate(statements):
+        members = _member_costs(prog, st) if len(st.tasks) > 1 and k not in sched.wide else []
+        in_order = sum(members) / sched.speedup[k]
+        if members and len(members) <= n and in_order - max(members) - OVERHEAD > MIN_GAIN * in_order:
+            sched.split.add(k)
+            sched.member_time[k] = max(members)
     deps = dependencies(statements, _raw_table(prog.graph))
     users: list[list[int]] = [[] for _ in statements]
     for k, ds in enumerate(deps):
@@ -169,7 +172,7 @@ def fork_join(prog: Program, workers: int = 2) -> Schedule:
     while ready:
         first = max(ready, key=lambda k: (path[k], -k))
         step = [first]
-        if n > 1 and first not in sched.split and _pairable(statements[first], cost[first]):
+        if first not in sched.split and first not in sched.wide and _pairable(statements[first], cost[first]):
             partner = _partner(first, ready, statements, sched)
             if partner is not None:
                 step.append(partner)
@@ -200,7 +203,7 @@ def _partner(first: int, ready: set[int], statements: list[Statement], sched: Sc
     """The ready statement that gains most beside ``first``, if any gains."""
     best, gain = None, 0.0
     for k in sorted(ready):
-        if k != first and k not in sched.split and _pairable(statements[k], sched.cost[k]):
+        if k != first and k not in sched.split | sched.wide and _pairable(statements[k], sched.cost[k]):
             g = _gain(first, k, sched)
             if g > gain:
                 best, gain = k, g

@@ -115,3 +115,42 @@ def test_a_grouped_gemm_runs_its_members_side_by_side_where_blas_scales_poorly(m
     got = load_package(res.path).Model(threads=2).step(**feeds)
     assert compare(reference(g, feeds), got, 1e-5) == []
     assert np.isfinite(got["out"]).all()
+
+
+def test_prange_kernels_never_share_a_step(tmp_path):
+    """A kernel compiled with ``prange`` uses every thread itself; two of them launched from two threads
+    would oversubscribe the cores (OpenMP) or abort the process (numba's workqueue layer)."""
+    g = _two_branches()
+    prog = program(g, parallel=True)
+    assert any(ks.parallel for ks in prog.kernels.values())
+    sched = schedule.fork_join(prog, 2)
+    wide = {k for k, st in enumerate(prog.statements) if st.kernel and prog.kernels[st.kernel].parallel}
+    assert wide and wide <= sched.wide and all(len(step) == 1 for step in sched.steps if set(step) & wide)
+
+
+def test_a_failing_member_is_raised_after_the_others_end():
+    from codegen.numba_cpu import library as L
+    done = []
+
+    def slow():
+        import time
+        time.sleep(0.2)
+        done.append("slow")
+
+    def boom():
+        raise ValueError("member failed")
+    saved = L._THREADS[0]
+    L._THREADS[0] = 2
+    try:
+        with pytest.raises(ValueError, match="member failed"):
+            L.parallel(boom, slow)
+    finally:
+        L._THREADS[0] = saved
+    assert done == ["slow"]                          # the pool's member had ended before the error surfaced
+
+
+def test_names_never_take_the_step_parameters():
+    nodes = [helper.make_node("Relu", ["B"], ["B_output_0"], name="r"), helper.make_node("Neg", ["B_output_0"], ["R"])]
+    g = import_proto(model(nodes, [vi("B", [4])], [vi("R", [4])]))
+    prog = program(g)
+    assert {prog.var(c) for c in ("B", "B_output_0", "R")}.isdisjoint({"W", "B", "R", "T", "S", "P"})
