@@ -31,7 +31,7 @@ from studio.gui.loading import Opened, needs_training, open_session
 from studio.gui.qt_find import QtFindBar
 from studio.gui.qt_graph_view import QtGraphView
 from studio.gui.qt_history import QtHistoryDock
-from studio.gui.qt_movement import QtMovementDock
+from studio.gui.qt_movement import QtMovementDock, exported_work
 from studio.gui.qt_overlays import QtMinimap
 from studio.gui.qt_palette import QtCommandPalette
 from studio.gui.qt_profiling import QtProfiling
@@ -151,6 +151,7 @@ class QtMainWindow(QMainWindow):
         v.layoutMessage.connect(self._layout_message)
         v.taskStarted.connect(self.task_bar.track)
         self.movement.selectionChangedIds.connect(self._on_table_selection)
+        self.movement.exportedRequested.connect(self._count_exported)
         self.timings.selectionChangedIds.connect(self._on_table_selection)
         self.find_bar.hitChanged.connect(self._on_find)
         t.hovered.connect(self._on_hover)
@@ -303,6 +304,12 @@ class QtMainWindow(QMainWindow):
             return None
         self.peak_cache.move_to_end(id(graph))
         return hit[1]
+
+    def _count_exported(self) -> None:
+        graph = self.session.graph
+        task = self.run_task("Bytes as exported", exported_work(graph), context={"fail": "Could not count bytes"})
+        task.succeeded.connect(lambda moved: self.movement.set_exported(graph, moved))
+        task.failed.connect(self._task_failed)
 
     def _peak_done(self, peak: int) -> None:
         graph = self.sender().context

@@ -1,7 +1,9 @@
 """The Data movement dock: totals against the bound, a sortable kernel table, the trend over steps.
 
 The header shows bytes moved, the compulsory lower bound, their ratio, FLOPs and
-peak memory. The table (a model over the session's ``Ledger``, sorted on the raw
+peak memory. Below it, on request (*Count as exported (CPU)*, a background task), the bytes the
+exported CPU program moves against the bytes as fused (``codegen.program.traffic``), with the
+statements that differ most in its tooltip; kept per graph for undo and redo. The table (a model over the session's ``Ledger``, sorted on the raw
 numbers) has one row per kernel; after an apply, undo or revert only the rows of the
 kernels that differ (``graph_diff``) are removed and inserted in place, and the share
 column is refreshed (the view repaints only the visible cells that changed); selecting rows emits
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPen
-from PySide6.QtWidgets import QAbstractItemView, QDockWidget, QSplitter, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QAbstractItemView, QDockWidget, QHBoxLayout, QPushButton, QSplitter, QTableView,
+                               QVBoxLayout, QWidget)
 
 from ir.graph import Graph
 from ir.movement import Ledger
@@ -163,12 +166,20 @@ class QtMovementDock(QDockWidget):
     """See the module docstring."""
 
     selectionChangedIds = Signal(list)
+    exportedRequested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Data movement", parent)
         self.setObjectName("dock.movement")
         self.summary = QtTextLine(rich=True)
+        self.exported = QtTextLine(rich=True)
+        self.exported_button = QPushButton("Count as exported (CPU)")
+        self.exported_button.setToolTip("Build the CPU program of the current graph and count the bytes its calls "
+                                        "move: a GEMM whose epilogue runs as its own kernel writes and rereads its "
+                                        "raw product, views move nothing (runs in the background)")
+        self.exported_button.clicked.connect(self.exportedRequested.emit)
         self._figures, self._peak = None, None
+        self._traffic: dict[int, tuple] = {}       # id(graph) -> (graph, Traffic), the last few graphs
         self.summary.set_text("no model")
         self.model = QtKernelModel()
         self.table = QTableView()
@@ -185,6 +196,10 @@ class QtMovementDock(QDockWidget):
         col = QVBoxLayout(left)
         col.setContentsMargins(2, 2, 2, 2)
         col.addWidget(self.summary)
+        row = QHBoxLayout()
+        row.addWidget(self.exported, 1)
+        row.addWidget(self.exported_button)
+        col.addLayout(row)
         col.addWidget(self.table)
         split.addWidget(left)
         split.addWidget(self.trend)
@@ -199,6 +214,7 @@ class QtMovementDock(QDockWidget):
         self._figures = (graph, ledger, bound)
         self._peak = peak
         self._summarize()
+        self._show_exported()
         self._syncing = True
         try:
             self.model.set_graph(graph, ledger)
@@ -211,6 +227,26 @@ class QtMovementDock(QDockWidget):
         if self._figures is not None and self._figures[0] is graph:
             self._peak = peak
             self._summarize()
+
+    def set_exported(self, graph: Graph, moved) -> None:
+        """Bytes as exported of ``graph`` (a ``codegen.program.traffic.Traffic``), kept for undo and redo."""
+        self._traffic[id(graph)] = (graph, moved)
+        while len(self._traffic) > 16:
+            self._traffic.pop(next(iter(self._traffic)))
+        self._show_exported()
+
+    def _show_exported(self) -> None:
+        graph = self._figures[0] if self._figures is not None else None
+        hit = self._traffic.get(id(graph)) if graph is not None else None
+        if hit is None or hit[0] is not graph:
+            self.exported.set_text("<b>as exported</b> not counted for this graph")
+            self.exported.setToolTip("")
+            return
+        moved = hit[1]
+        self.exported.set_text(f"<b>as fused</b> {human_bytes(moved.fused)} &nbsp; <b>as exported ({moved.backend})"
+                               f"</b> {human_bytes(moved.exported)} ({moved.ratio - 1:+.1%})")
+        self.exported.setToolTip("\n".join(f"{s.node_id}: {human_bytes(s.fused)} → {human_bytes(s.exported)} ({s.why})"
+                                           for s in moved.largest_differences(8)))
 
     def _summarize(self) -> None:
         graph, ledger, bound = self._figures
@@ -235,3 +271,12 @@ class QtMovementDock(QDockWidget):
     def _on_rows(self, *_args) -> None:
         if not self._syncing:
             self.selectionChangedIds.emit(self.selected_ids())
+
+
+def exported_work(graph: Graph):
+    """The work of a "bytes as exported" task: the CPU program of ``graph`` and its traffic."""
+    def work(token, progress):
+        token.check("bytes as exported")
+        from studio.cli import exported_traffic
+        return exported_traffic(graph, "cpu")
+    return work
