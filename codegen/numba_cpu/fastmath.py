@@ -12,8 +12,8 @@ patterns (every 193rd) and asserted by ``tests/unit/codegen/test_numba_fastmath.
 
 - ``fast_exp``: Cephes expf polynomial on r = x − n·ln2 (Cody–Waite split), times
   2^n added to the result's exponent field as an integer (exact, and immune to the
-  kernels' reassociation; results below 2^-125 are scaled in two steps so subnormals
-  round right). Relative error ≤ 4e-7 for normal results; below x = −87.3365 (subnormal
+  kernels' reassociation; results near 2^-126 are scaled in two steps so they stay
+  exact). Relative error ≤ 4e-7 for normal results; below x = −87.3365 (subnormal
   results, |exp(x)| < 1.18e-38) the result is 0, so the absolute error is ≤ 1.2e-38; x > 88.7228
   gives inf, NaN stays NaN. Flushing instead of rounding subnormals is deliberate: vectorized,
   both sides of the selects run, and any lane that makes a subnormal costs a microcode assist;
