@@ -301,6 +301,8 @@ class QtMainWindow(QMainWindow):
             self.peak_cache[id(graph)] = (graph, None)
             task = self.run_task("Peak memory", _peak_work(self.session, graph), track=False, context=graph)
             task.succeeded.connect(self._peak_done)
+            task.failed.connect(self._peak_failed)
+            task.cancelled.connect(self._peak_failed)
             return None
         self.peak_cache.move_to_end(id(graph))
         return hit[1]
@@ -317,6 +319,11 @@ class QtMainWindow(QMainWindow):
         while len(self.peak_cache) > 64:
             self.peak_cache.popitem(last=False)
         self.movement.set_peak(graph, peak)
+
+    def _peak_failed(self, message: str) -> None:
+        graph = self.sender().context
+        self.peak_cache.pop(id(graph), None)              # the next refresh of this graph tries again
+        self.movement.set_peak(graph, None, why=message)
 
     def _origins(self, ident: str) -> tuple[str, ...]:
         s = self.session

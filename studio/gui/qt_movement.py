@@ -222,10 +222,11 @@ class QtMovementDock(QDockWidget):
             self._syncing = False
         self.trend.set_trend(trend, bound, cursor)
 
-    def set_peak(self, graph: Graph, peak: int) -> None:
-        """The peak memory of ``graph``, computed off the GUI thread (ignored once another graph shows)."""
+    def set_peak(self, graph: Graph, peak: int | None, why: str = "") -> None:
+        """The peak memory of ``graph``, computed off the GUI thread (ignored once another graph shows);
+        ``peak`` None with ``why``: the task failed or was cancelled, and the header says so."""
         if self._figures is not None and self._figures[0] is graph:
-            self._peak = peak
+            self._peak = peak if peak is not None else ("n/a", why)
             self._summarize()
 
     def set_exported(self, graph: Graph, moved) -> None:
@@ -252,11 +253,14 @@ class QtMovementDock(QDockWidget):
         graph, ledger, bound = self._figures
         t = ledger.total
         ratio = t.bytes / bound if bound else 0.0
-        peak = "…" if self._peak is None else human_bytes(self._peak)
+        peak = "…" if self._peak is None else self._peak[0] if isinstance(self._peak, tuple) else \
+            human_bytes(self._peak)
         self.summary.set_text(
             f"<b>moved</b> {human_bytes(t.bytes)} &nbsp; <b>bound</b> {human_bytes(bound)} &nbsp; "
             f"<b>moved/bound</b> {ratio:.2f}× &nbsp; <b>FLOPs</b> {human_count(t.flops)} &nbsp; "
             f"<b>peak memory</b> {peak} &nbsp; <b>kernels</b> {len(graph.nodes)}")
+        if isinstance(self._peak, tuple):
+            self.summary.setToolTip(f"peak memory not computed: {self._peak[1]}")
 
     def select_ids(self, ids: list[str]) -> None:
         self._syncing = True
