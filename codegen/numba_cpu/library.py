@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -64,28 +65,6 @@ def default_threads() -> int:
     return n if n > 0 else physical_cores()
 
 
-def set_threads(threads: int | None = None) -> dict:
-    """Use ``threads`` threads (None: ``default_threads()``) for numba kernels and for BLAS in this
-    process; returns what is in effect: ``{"threads", "numba", "blas"}`` (None: not installed/found)."""
-    n = max(1, int(threads)) if threads else default_threads()
-    _THREADS[0] = n
-    numba_n = blas_n = None
-    try:
-        import numba
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-        numba_n = numba.get_num_threads()
-    except ImportError:
-        pass
-    try:
-        from threadpoolctl import threadpool_info, threadpool_limits
-        np.dot(np.ones(2), np.ones(2))               # NumPy's BLAS is loaded before threadpoolctl looks
-        threadpool_limits(limits=n, user_api="blas")
-        blas_n = next((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), None)
-    except ImportError:
-        pass
-    return {"threads": n, "numba": numba_n, "blas": blas_n}
-
-
 _POOL = None
 _BLAS = None
 _STEP = threading.Lock()     # one parallel step at a time (BLAS thread counts are global)
@@ -105,6 +84,30 @@ def _blas_controller():
     return _BLAS or None
 
 
+def blas_threads() -> int | None:
+    """The threads NumPy's BLAS uses now (None without threadpoolctl or a BLAS it knows)."""
+    blas = _blas_controller()
+    return max((lib.num_threads for lib in blas.lib_controllers), default=None) if blas is not None else None
+
+
+def set_threads(threads: int | None = None) -> dict:
+    """Use ``threads`` threads (None: ``default_threads()``) for numba kernels and for BLAS in this
+    process; returns what is in effect: ``{"threads", "numba", "blas"}`` (None: not installed/found)."""
+    n = max(1, int(threads)) if threads else default_threads()
+    _THREADS[0] = n
+    numba_n = None
+    try:
+        import numba
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        numba_n = numba.get_num_threads()
+    except ImportError:
+        pass
+    blas = _blas_controller()
+    for lib in blas.lib_controllers if blas is not None else ():
+        lib.set_num_threads(n)
+    return {"threads": n, "numba": numba_n, "blas": blas_threads()}
+
+
 def parallel(*tasks) -> None:
     """Run ``tasks`` (closures that call kernels and BLAS into preallocated buffers) side by side:
     the first on this thread, the others on a small pool (numba kernels and BLAS release the GIL).
@@ -112,16 +115,15 @@ def parallel(*tasks) -> None:
     threads ``set_threads`` chose; they are restored once every task has ended. The first
     exception is raised after all tasks have ended (none is left writing into the step's
     buffers). One step at a time in this process: a second caller waits (``_STEP``)."""
-    import time
     if _THREADS[0] <= 1 or len(tasks) == 1:          # one thread: in order, as the sequential step
         for task in tasks:
             task()
         return
     with _STEP:
-        _parallel(tasks, time)
+        _parallel(tasks)
 
 
-def _parallel(tasks, time) -> None:
+def _parallel(tasks) -> None:
     global _POOL
     from concurrent.futures import ThreadPoolExecutor, wait
     if _POOL is None or _POOL._max_workers < len(tasks) - 1:

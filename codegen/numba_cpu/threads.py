@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen.numba_cpu.library import default_threads, physical_cores, set_threads
+from codegen.numba_cpu.library import blas_threads, default_threads, physical_cores, set_threads
 
 __all__ = ["ThreadInfo", "blas_threads", "current", "default_threads", "environment", "numba_threads",
            "physical_cores", "pin"]
@@ -28,13 +28,6 @@ class ThreadInfo:
 
     def __str__(self) -> str:
         return f"numba {self.numba or '-'} / BLAS {self.blas or '-'} threads on {self.cpus} cores"
-
-
-def blas_threads() -> int | None:
-    from threadpoolctl import threadpool_info
-    import numpy as np
-    np.dot(np.ones(2), np.ones(2))  # make sure NumPy's BLAS is loaded
-    return next((int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"), None)
 
 
 def numba_threads() -> int | None:

@@ -239,6 +239,7 @@ def _function(prog: Program, name: str, steps: list[list[Statement]], outputs: l
     side (``L.parallel``)."""
     g = prog.graph
     index = {id(st): k for k, st in enumerate(prog.statements)}
+    split = prog.schedule.split if prog.schedule is not None else set()   # grouped GEMMs run member by member
     params = ", ".join(["W", "B", "R"] + [prog.var(c) for c in g.inputs])
     lines = [f"def {name}({params}):"]
     used = {c for step in steps for st in step for c in st.reads} | set(outputs)
@@ -250,7 +251,6 @@ def _function(prog: Program, name: str, steps: list[list[Statement]], outputs: l
         for st in step:
             lines.append("    " + st.head)
             lines += ["    " + alloc_line(prog, a, slots) for a in st.allocs]
-        split = prog.schedule.split if prog.schedule is not None else set()
         tasks = [(st, task) for st in step
                  for task in (st.tasks if len(step) == 1 and index[id(st)] in split else (st.lines,))]
         if len(tasks) == 1:
