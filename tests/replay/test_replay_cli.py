@@ -57,6 +57,23 @@ def test_replay_ok_with_reports(recorded, capsys, tmp_path):
     assert "replayed" in out
 
 
+def test_recipe_history_replays_on_the_model_moved_and_renamed(fixtures_dir, capsys, tmp_path):
+    """A recipe's pass steps record graph hashes; the model file's path is not part of them, so the
+    history replays on the same bytes elsewhere (another checkout, a CI workspace, a renamed file)."""
+    here = tmp_path / "a" / "step.onnx"
+    here.parent.mkdir()
+    shutil.copy(fixtures_dir / "joint_standard/mlp_joint_adamw.onnx", here)
+    assert main(["recipe", str(here), "-o", str(tmp_path / "h.json"), "--quiet"]) == 0
+    assert any(s.get("pass", {}).get("graph_hash") for s in json.loads((tmp_path / "h.json").read_text())["steps"])
+    there = tmp_path / "b" / "renamed.onnx"
+    there.parent.mkdir()
+    shutil.move(here, there)
+    capsys.readouterr()
+    code, out, err = _replay(capsys, there, tmp_path / "h.json")
+    assert code == 0, err
+    assert "replayed" in out
+
+
 def _history_doc(hist: Path) -> dict:
     return json.loads(hist.read_text())
 
