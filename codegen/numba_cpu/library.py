@@ -316,6 +316,11 @@ def view(buffer: np.ndarray, shape: tuple, dtype, kind: str = "empty", fill=0) -
     return arr
 
 
+def run(fn, weights: dict, buffers, outputs, args: list) -> dict:
+    """One step (``_step``/``_forward`` of model.py) on the planned ``buffers`` and ``outputs``."""
+    return fn(weights, buffers, outputs, *args)
+
+
 def reference(fn, inputs: tuple, attrs: dict, ctx) -> list[np.ndarray]:
     """Outputs of reference kernel ``fn`` (never mutates its inputs)."""
     return [np.asarray(v) for v in fn(list(inputs), attrs, ctx)]

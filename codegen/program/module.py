@@ -65,6 +65,9 @@ class Model:
     ``train_step`` also feeds the new parameters and state back as the next defaults.
     ``recycle_outputs=True`` writes outputs into two reused sets of buffers (no page
     faults in a training loop); a step's outputs are then valid until the step after next.
+    On CUDA it also replays each step as one captured CUDA graph from the third step on
+    (``L.run``; ``$DCSTUDIO_CUDA_GRAPHS=0`` turns that off, ``L.GRAPH_NOTES`` says why a step ran
+    kernel by kernel).
     ``threads``: kernel and BLAS threads for this process (``L.set_threads``); None uses
     ``$DCSTUDIO_THREADS`` or every physical core of the affinity mask, 0 leaves them as they are.
     A Model is not thread-safe: its intermediate buffers are reused every step.
@@ -109,13 +112,13 @@ class Model:
 
     def step(self, **inputs):
         """Run one training step; returns every graph output by name."""
-        return _step(self.weights, self._pool("step", _SLOTS), self._outputs("step", _OUT_SLOTS),
-                     *self._args(inputs))
+        return L.run(_step, self.weights, self._pool("step", _SLOTS), self._outputs("step", _OUT_SLOTS),
+                     self._args(inputs))
 
     def forward(self, **inputs):
         """Only the kernels the loss (the graph's non-training outputs) needs."""
-        return _forward(self.weights, self._pool("forward", _FORWARD_SLOTS),
-                        self._outputs("forward", _FORWARD_OUT_SLOTS), *self._args(inputs))
+        return L.run(_forward, self.weights, self._pool("forward", _FORWARD_SLOTS),
+                     self._outputs("forward", _FORWARD_OUT_SLOTS), self._args(inputs))
 
     def train_step(self, **inputs):
         """``step``, then the updated parameters and optimizer state become the defaults."""
