@@ -1,6 +1,6 @@
 """The CUDA sweep on a lent GPU: ``python3 -m tests.bench.gpu.lease KIT OUT [--phases …] [--cases …]``.
 
-Run on the device machine (see ``README.md`` beside this file) over a kit built here by
+Run on the device machine (``README.md`` beside this file says how) over a kit built here by
 ``kit.py``. Phases, in order; each writes what it found under OUT as it goes:
 
 - ``tests``: the GPU tests that skip on CPU-only machines (and the rest of the CUDA test files)
