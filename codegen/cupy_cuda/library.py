@@ -2,7 +2,7 @@
 
 The same interface as ``codegen/numba_cpu/library.py``, so the program text
 (``codegen.program.module``) runs unchanged on either backend. An exported CUDA
-package carries a verbatim copy (``_lib.py``): it imports only CuPy and NumPy.
+package carries a verbatim copy (``_lib.py``): it imports only CuPy, NumPy and the standard library.
 
 - ``run``: a step with ``recycle_outputs`` runs eagerly once (kernels compile, cuBLAS warms up),
   is captured as one CUDA graph on its second call (intermediate allocations in a private memory
@@ -32,7 +32,7 @@ import numpy as np
 
 GRAPHS = os.environ.get("DCSTUDIO_CUDA_GRAPHS", "1") != "0"
 GRAPH_NOTES: list = []      # why a step runs kernel by kernel instead of as a captured graph
-_GRAPHS: dict = {}          # (step function, buffers, outputs) -> "warm" | reason | (graph, inputs, out, pool)
+_GRAPHS: dict = {}          # (step, id(buffers), id(outputs)) -> [buffers, outputs, "warm" | reason | captured]
 
 
 def set_threads(threads=None):
@@ -322,10 +322,14 @@ def _strided_product(a, b, out, alpha=1.0):
     if a.ndim < 2 or b.ndim < 2 or out.ndim < 2 or _blas() is None:
         return False
     nb = out.ndim - 2
+    if a.shape[-1] != b.shape[-2] or out.shape[-2:] != (a.shape[-2], b.shape[-1]):
+        return False                                        # let cupy.matmul say what is wrong
     sa, sb, so = _elems(a), _elems(b), _elems(out)
     batch = []
     for d in range(nb):
         da, db = d - (nb - (a.ndim - 2)), d - (nb - (b.ndim - 2))
+        if (da >= 0 and a.shape[da] not in (1, out.shape[d])) or (db >= 0 and b.shape[db] not in (1, out.shape[d])):
+            return False
         st_a = sa[da] if da >= 0 and a.shape[da] > 1 else 0
         st_b = sb[db] if db >= 0 and b.shape[db] > 1 else 0
         batch.append((out.shape[d], (st_a, st_b, so[d])))
@@ -389,6 +393,10 @@ def _einsum_views(equation, a, b, out):
         return None
     if set(la) | set(lb) != set(res) | (set(la) & set(lb)):
         return None                                         # a letter summed in one operand only
+    sizes: dict = {}
+    for letters, x in ((la, a), (lb, b), (res, out)):
+        if len(letters) != x.ndim or any(sizes.setdefault(c, n) != n for c, n in zip(letters, x.shape)):
+            return None                                     # broadcast or mismatched: cupy.einsum decides
     bat = [c for c in res if c in la and c in lb]
     ms = [c for c in res if c in la and c not in lb]
     ns = [c for c in res if c in lb and c not in la]

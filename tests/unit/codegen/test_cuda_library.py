@@ -191,3 +191,15 @@ def test_host_fallback_gets_its_tensor_attributes_on_the_host(monkeypatch):
     out, = L.reference(kernel, (np.array([2, 2]),), {"value": value, "axis": 1}, None)
     assert type(seen["value"]) is np.ndarray and seen["axis"] == 1
     assert out.shape == (2, 2) and (out == 2.5).all()
+
+
+def test_mismatched_shapes_never_reach_cublas(blas):
+    """A shape the plan cannot vouch for goes to CuPy's own matmul/einsum (which raise a clear error),
+    never to cuBLAS with strides that would read past an operand."""
+    a, b = np.ones((3, 4, 5), np.float32), np.ones((2, 5, 6), np.float32)
+    assert L._strided_product(a, b, np.empty((3, 4, 6), np.float32)) is False      # batch 2 against 3
+    assert L._strided_product(np.ones((4, 5), np.float32), np.ones((6, 2), np.float32),
+                              np.empty((4, 2), np.float32)) is False               # k 5 against 6
+    assert L._einsum_views("ij,jk->ik", np.ones((4, 5), np.float32), np.ones((6, 2), np.float32),
+                           np.empty((4, 2), np.float32)) is None
+    assert blas.calls == 0
