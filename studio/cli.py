@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_graph_cmd.add_parser(sub)
     from studio import export_cmd; export_cmd.add_parser(sub)  # noqa: E702
     from studio import profile_cmd; profile_cmd.add_parser(sub)  # noqa: E702
+    from studio import tune_cmd; tune_cmd.add_parser(sub)  # noqa: E702
     return p
 
 

@@ -1,0 +1,334 @@
+"""``dcstudio tune``: search for a better sequence of transformation passes than the hand recipe.
+
+A *candidate* is a sequence of passes (``studio.recipe.Pass``: a transformation applied to a
+fixpoint). Evaluating one opens the model in a fresh Session, runs the passes (with transfer
+tuning when the model has repeated layers: ``tune_one_layer`` tunes the first of each family of
+equal layers and repeats its steps on the others) and scores the result: the bytes the graph
+moves (``objective="bytes"``), or the time the calibrated roofline predicts for it
+(``objective="time"``: per kernel the larger of bytes / peak bandwidth and FLOPs / peak FLOP/s,
+summed; the peaks are this machine's, ``codegen.timing.calibrate``).
+
+The search is evolutionary with a beam: the population starts from the hand recipe (and the passes
+of ``--from`` histories); each generation draws children from the best ``beam`` candidates by
+mutation (insert, delete, replace, move or swap passes, or splice two parents) and evaluates the
+new ones, deduplicated by their canonical key. Ties go to the shorter sequence, then to the key,
+so the result depends only on the seed, the budget (a number of evaluations) and the results:
+the same seed and database give the same history. ``minutes`` bounds the wall time instead
+(then how far it gets depends on the machine).
+
+Evaluations run as Dask tasks (``DaskEvaluator``: an embedded ``LocalCluster`` by default, any
+scheduler by address) or in this process (``LocalEvaluator``); the driver keeps the order of
+submission, writes every result to the ``ResultsDB`` as it arrives (a worker that dies loses
+nothing already written; Dask reruns its task elsewhere) and reads earlier results from it
+(warm start).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from ir.errors import StudioError
+from studio.recipe import SUBSTATION, Pass, run_recipe, tune_one_layer
+from studio.tune_db import ResultsDB, Score
+
+OBJECTIVES = ("bytes", "time")
+
+# What the search draws from: the recipe's passes and their parameter variants. Left out on purpose:
+# mixed_precision (changes the numbers beyond fp32 tolerance), memory_reuse and recompute (they
+# trade peak memory, not bytes moved).
+POOL: tuple[Pass, ...] = (
+    Pass("constant_folding"), Pass("reshape_elimination"), Pass("expand"), Pass("transpose_elimination"),
+    Pass("map_fusion"), Pass("reduction_fusion"), Pass("optimizer_fusion"), Pass("gemm_epilogue_fusion"),
+    Pass("horizontal_fusion"), Pass("layout_select", {"contraction_only": True}), Pass("layout_select"),
+    Pass("select_impl"),
+)
+MAX_LENGTH = 24
+
+
+@dataclass(frozen=True)
+class Candidate:
+    passes: tuple[Pass, ...]
+
+    @property
+    def key(self) -> str:
+        """Canonical JSON of the passes (the database key and the tie-breaker)."""
+        return json.dumps([[p.transformation, p.params] for p in self.passes], sort_keys=True,
+                          separators=(",", ":"))
+
+    @classmethod
+    def of(cls, passes: Iterable[Pass]) -> "Candidate":
+        return cls(tuple(Pass(p.transformation, dict(sorted(p.params.items()))) for p in passes))
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """What a worker needs to open the model (picklable)."""
+    path: str
+    bindings: tuple[tuple[str, int], ...] = ()
+    optimizer: str | None = None
+
+    def open(self):
+        from studio.session import Session
+        return Session.open(self.path, bindings=dict(self.bindings) or None, optimizer=self.optimizer,
+                            autosave=False)
+
+
+def _has_equal_layers(session) -> bool:
+    from transforms.layers import equal_group, layers
+    return any(equal_group(session.graph, family) is not None for family in layers(session.graph))
+
+
+def predicted_seconds(session, peaks) -> float:
+    """The roofline time of the session's graph: per kernel max(bytes / bandwidth, FLOPs / FLOP/s)."""
+    return sum(max(e.bytes / peaks.bandwidth, e.flops / peaks.flops) for e in session.ledger.kernels.values())
+
+
+def evaluate(model: ModelRef, candidate: Candidate, objective: str, transfer: bool, peaks=None) -> Score:
+    """Run ``candidate`` on a fresh session of ``model`` and score it (any failure is the score's
+    ``error``, never an exception: one bad sequence must not stop the search)."""
+    t = time.perf_counter()
+    try:
+        session = model.open()
+        if transfer:
+            tune_one_layer(session, candidate.passes)
+        else:
+            run_recipe(session, candidate.passes)
+        moved = session.metrics().bytes
+        value = float(moved) if objective == "bytes" else predicted_seconds(session, peaks)
+        from ir.serialize import graph_hash
+        return Score(value, moved, session.cursor, graph_hash(session.graph), time.perf_counter() - t)
+    except Exception as e:  # noqa: BLE001 - a failing candidate is a result
+        return Score(float("inf"), 0, 0, "", time.perf_counter() - t, f"{type(e).__name__}: {e}"[:500])
+
+
+# --------------------------------------------------------------------------- mutation
+
+def mutate(rng: random.Random, parent: Candidate, other: Candidate | None = None) -> Candidate:
+    """One random edit of ``parent`` (or a splice with ``other``)."""
+    seq = list(parent.passes)
+    moves = ["insert", "delete", "replace", "move", "swap"] + (["splice"] if other is not None else [])
+    move = rng.choice(moves)
+    if move == "insert" or not seq:
+        seq.insert(rng.randint(0, len(seq)), rng.choice(POOL))
+    elif move == "delete" and len(seq) > 1:
+        del seq[rng.randrange(len(seq))]
+    elif move == "replace":
+        seq[rng.randrange(len(seq))] = rng.choice(POOL)
+    elif move == "move" and len(seq) > 1:
+        p = seq.pop(rng.randrange(len(seq)))
+        seq.insert(rng.randint(0, len(seq)), p)
+    elif move == "swap" and len(seq) > 1:
+        i = rng.randrange(len(seq) - 1)
+        seq[i], seq[i + 1] = seq[i + 1], seq[i]
+    elif move == "splice":
+        cut_a, cut_b = rng.randint(0, len(seq)), rng.randint(0, len(other.passes))
+        seq = seq[:cut_a] + list(other.passes[cut_b:])
+    return Candidate.of(seq[:MAX_LENGTH] or list(parent.passes))
+
+
+# --------------------------------------------------------------------------- evaluators
+
+class LocalEvaluator:
+    """Evaluations in this process, in order (``workers=1``; also what tests use)."""
+
+    name = "in this process"
+
+    def __call__(self, model: ModelRef, candidates: Sequence[Candidate], objective: str, transfer: bool,
+                 peaks, on_result: Callable[[int, Score], None]) -> None:
+        for i, c in enumerate(candidates):
+            on_result(i, evaluate(model, c, objective, transfer, peaks))
+
+    def close(self) -> None:
+        pass
+
+
+class DaskEvaluator:
+    """Evaluations as Dask tasks: an embedded ``LocalCluster`` of ``workers`` processes (one thread
+    each, every worker with a ``measure=1`` resource for timing tasks), or the scheduler at
+    ``address``. Results come back as they finish; ``on_result`` gets each with its index."""
+
+    def __init__(self, workers: int = 2, address: str | None = None) -> None:
+        from distributed import Client, LocalCluster
+        if address:
+            self.client, self.cluster = Client(address, timeout="30s"), None
+            self.name = f"Dask scheduler {address}"
+        else:
+            self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                        dashboard_address=":0", resources={"measure": 1}, silence_logs=40)
+            self.client = Client(self.cluster)
+            self.name = f"embedded Dask LocalCluster, {workers} workers"
+
+    def __call__(self, model: ModelRef, candidates: Sequence[Candidate], objective: str, transfer: bool,
+                 peaks, on_result: Callable[[int, Score], None]) -> None:
+        from distributed import as_completed
+        futures = [self.client.submit(evaluate, model, c, objective, transfer, peaks, pure=False)
+                   for c in candidates]
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            for fut in as_completed(futures):
+                try:
+                    score = fut.result()
+                except Exception as e:  # noqa: BLE001 - a task that failed on every worker Dask tried
+                    score = Score(float("inf"), 0, 0, "", 0.0, f"the task failed on the cluster: {e}"[:500])
+                on_result(index[fut.key], score)
+        finally:
+            for f in futures:
+                f.cancel()
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+# --------------------------------------------------------------------------- search
+
+def code_fingerprint() -> str:
+    """dcstudio's version and a hash of the transformation code: results of other code are not reused."""
+    h = hashlib.sha256(metadata.version("dcstudio").encode() if _installed() else b"source")
+    root = Path(__file__).resolve().parents[1]
+    for p in sorted((root / "transforms").rglob("*.py")) + sorted((root / "ir").rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _installed() -> bool:
+    try:
+        metadata.version("dcstudio")
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+@dataclass
+class Progress:
+    evaluated: int = 0          # evaluations run in this search
+    reused: int = 0             # results read from the database
+    generation: int = 0
+    failed: int = 0             # candidates whose passes raised (they never rank)
+    best: Score | None = None
+    best_candidate: Candidate | None = None
+
+
+@dataclass
+class TuneResult:
+    best: Candidate
+    score: Score
+    baseline: Score
+    progress: Progress
+    stopped: bool
+    context: str
+    transfer: bool
+    table: list[tuple[Candidate, Score]] = field(default_factory=list)
+
+
+def context_key(model_sha256: str, model: ModelRef, objective: str, transfer: bool, peaks) -> tuple[str, dict]:
+    about = {"model_sha256": model_sha256, "bindings": list(model.bindings), "optimizer": model.optimizer,
+             "objective": objective, "transfer": transfer, "code": code_fingerprint()}
+    if objective == "time":
+        about.update(machine=peaks.fingerprint, threads=peaks.threads)
+    return hashlib.sha256(json.dumps(about, sort_keys=True).encode()).hexdigest()[:24], about
+
+
+def _rank(item: tuple[Candidate, Score]) -> tuple:
+    c, s = item
+    return (s.value, len(c.passes), c.key)
+
+
+def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective: str = "bytes",
+           budget: int | None = 200, minutes: float | None = None, seed: int = 0,
+           start: Sequence[Sequence[Pass]] = (SUBSTATION,), transfer: bool | None = None, beam: int = 8,
+           batch: int = 8, peaks=None, on_progress: Callable[[Progress], None] | None = None,
+           stop: Callable[[], bool] | None = None) -> TuneResult:
+    """The search described in the module docstring. ``budget``: evaluations (database hits count
+    too, so a warm start walks the same path); ``minutes``: wall time; both: whichever ends first."""
+    if objective not in OBJECTIVES:
+        raise StudioError(f"unknown objective '{objective}'; choose one of {', '.join(OBJECTIVES)}")
+    if objective == "time" and peaks is None:
+        from codegen.numba_cpu.threads import default_threads
+        from codegen.timing.calibrate import peaks as calibrated
+        peaks = calibrated(default_threads())
+    session = model.open()
+    if transfer is None:
+        transfer = _has_equal_layers(session)
+    context, about = context_key(session.model_sha256, model, objective, transfer, peaks)
+    rng = random.Random(seed)
+    seen: dict[str, tuple[Candidate, Score]] = {}
+    prog = Progress()
+    deadline = time.monotonic() + minutes * 60 if minutes else None
+    stopped = False
+
+    def spent() -> bool:
+        return (budget is not None and len(seen) >= budget) or (deadline is not None and time.monotonic() >= deadline)
+
+    def run(cands: list[Candidate]) -> None:
+        todo = []
+        for c in cands:
+            hit = db.get(context, c.key) if db is not None else None
+            if hit is not None:
+                seen[c.key] = (c, hit)
+                prog.reused += 1
+            else:
+                todo.append(c)
+        if todo:
+            def got(i: int, score: Score) -> None:
+                seen[todo[i].key] = (todo[i], score)
+                prog.evaluated += 1
+                prog.failed += not score.ok
+                if db is not None:
+                    db.put(context, todo[i].key, score, about)
+                _note_best(todo[i], score)
+            evaluator(model, todo, objective, transfer, peaks, got)
+        for c in cands:
+            _note_best(*seen[c.key])
+
+    def _note_best(c: Candidate, s: Score) -> None:
+        if s.ok and (prog.best is None or _rank((c, s)) < _rank((prog.best_candidate, prog.best))):
+            prog.best, prog.best_candidate = s, c
+        if on_progress is not None:
+            on_progress(prog)
+
+    initial = list({c.key: c for c in (Candidate.of(p) for p in start)}.values())
+    baseline_key = initial[0].key
+    try:
+        run(initial)
+        while not spent() and not (stop and stop()):
+            prog.generation += 1
+            ranked = sorted((v for v in seen.values() if v[1].ok), key=_rank)[:beam] or [seen[baseline_key]]
+            room = batch if budget is None else min(batch, budget - len(seen))
+            children: list[Candidate] = []
+            for _ in range(room * 20):
+                if len(children) >= room:
+                    break
+                parent = rng.choice(ranked)[0]
+                other = rng.choice(ranked)[0] if len(ranked) > 1 else None
+                child = mutate(rng, parent, other)
+                if child.key not in seen and child not in children:
+                    children.append(child)
+            if not children:
+                break                   # the neighbourhood is exhausted
+            run(children)
+    except KeyboardInterrupt:
+        stopped = True
+    stopped = stopped or bool(stop and stop())
+    table = sorted((v for v in seen.values() if v[1].ok), key=_rank)
+    if not table:
+        raise StudioError("no candidate could be evaluated; the first error: "
+                          + next((s.error for _, s in seen.values() if s.error), "none"))
+    best, score = table[0]
+    return TuneResult(best, score, seen[baseline_key][1], prog, stopped, context, transfer, table)
+
+
+def history_passes(path: str | Path) -> list[Pass]:
+    """The passes of a history file's pass steps, in order (``--from``); single-match steps are not
+    part of a sequence of passes and are left out."""
+    from transforms.history import load
+    return [Pass(s.transformation, dict(s.params)) for s in load(path).steps
+            if s.is_pass and s.scope is None and s.transformation in {p.transformation for p in POOL}]

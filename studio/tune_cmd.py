@@ -1,0 +1,111 @@
+"""``dcstudio tune MODEL -o HISTORY``: search for a better pass sequence than the hand recipe.
+
+Prints progress with the best so far (one updating line on a terminal, a line per generation in
+logs); Ctrl-C stops the search and still writes the best history found. The history is written
+atomically and then replayed against the original model (``replay --check``) unless ``--no-check``.
+Exit 0 when the written history checks out, 1 when its check fails, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from studio.cli import parse_bindings
+    from studio.recipe import SUBSTATION, run_recipe, tune_one_layer
+    from studio.tune import DaskEvaluator, LocalEvaluator, ModelRef, history_passes, search
+    from studio.tune_db import ResultsDB, default_path
+
+    model = ModelRef(str(args.model), tuple(sorted(parse_bindings(args.bind).items())), args.optimizer)
+    starts = [SUBSTATION] + [history_passes(h) for h in args.start]
+    db = None if args.no_db else ResultsDB(args.db or default_path())
+    tty = sys.stderr.isatty()
+    shown = {"generation": -1, "t": 0.0}
+    t0 = time.monotonic()
+
+    def on_progress(p) -> None:
+        if args.quiet or p.best is None:
+            return
+        line = (f"generation {p.generation:3d}  evaluated {p.evaluated:4d}  from the database {p.reused:4d}  "
+                f"best {_fmt(p.best.value, args.objective)} ({len(p.best_candidate.passes)} passes)  "
+                f"{time.monotonic() - t0:6.1f} s")
+        if tty and time.monotonic() - shown["t"] > 0.2:
+            sys.stderr.write("\r" + line)
+            shown["t"] = time.monotonic()
+        elif not tty and p.generation != shown["generation"]:
+            sys.stderr.write(line + "\n")
+        shown["generation"] = p.generation
+
+    evaluator = LocalEvaluator() if args.workers == 1 and not args.scheduler else \
+        DaskEvaluator(args.workers, args.scheduler)
+    try:
+        if not args.quiet:
+            print(f"tune: {args.objective}, budget {args.budget or '-'} evaluations"
+                  f"{f', {args.minutes:g} min' if args.minutes else ''}, seed {args.seed}, on {evaluator.name}"
+                  f"{f'; results in {db.path}' if db else ''}", file=sys.stderr)
+        res = search(model, evaluator=evaluator, db=db, objective=args.objective, budget=args.budget,
+                     minutes=args.minutes, seed=args.seed, start=starts, beam=args.beam, batch=args.batch,
+                     on_progress=on_progress)
+    finally:
+        evaluator.close()
+        if db is not None:
+            db.close()
+    if tty and not args.quiet:
+        sys.stderr.write("\n")
+    session = model.open()
+    (tune_one_layer if res.transfer else run_recipe)(session, res.best.passes)
+    session.save_history(args.output)
+    base, best = res.baseline, res.score
+    gain = f"{best.value / base.value - 1:+.1%}" if base.ok and base.value else "n/a"
+    print(f"tune: {'stopped (Ctrl-C)' if res.stopped else 'done'} after {res.progress.evaluated} evaluations "
+          f"({res.progress.reused} from the database), {res.progress.generation} generations; "
+          f"best {_fmt(best.value, args.objective)} against the hand recipe's {_fmt(base.value, args.objective)} "
+          f"({gain}); {len(res.best.passes)} passes: {', '.join(p.transformation for p in res.best.passes)}")
+    print(f"wrote {args.output} ({session.cursor} steps, {session.metrics().bytes / 1e6:.2f} MB moved)")
+    if args.no_check:
+        return 0
+    from studio.cli import main
+    return 0 if main(["replay", str(args.model), str(args.output), "--check", "--quiet",
+                      *[f"--bind={b}" for b in args.bind],
+                      *([f"--optimizer={args.optimizer}"] if args.optimizer else [])]) == 0 else 1
+
+
+def _fmt(value: float, objective: str) -> str:
+    return f"{value / 1e6:.2f} MB" if objective == "bytes" else f"{value * 1e3:.3f} ms (roofline)"
+
+
+def _budget(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("the budget is a number of evaluations, at least 1")
+    return n
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="search for a better transformation sequence than the hand recipe",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="ONNX model")
+    p.add_argument("-o", "--output", required=True, help="history file to write (the best sequence found)")
+    p.add_argument("--objective", choices=("bytes", "time"), default="bytes",
+                   help="bytes moved (default), or the time the calibrated roofline predicts")
+    p.add_argument("--budget", type=_budget, default=200, help="evaluations (default 200)")
+    p.add_argument("--minutes", type=float, default=None, help="stop after this wall time (as well)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--from", dest="start", action="append", default=[], metavar="H0.json",
+                   help="also start from the passes of this history (repeatable)")
+    p.add_argument("--db", type=Path, default=None,
+                   help="results database (default: ~/.local/share/dcstudio/tune.sqlite)")
+    p.add_argument("--no-db", action="store_true", help="keep no results database")
+    p.add_argument("--workers", type=int, default=2, help="Dask LocalCluster workers (1: in this process)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786", help="run on this Dask scheduler")
+    p.add_argument("--beam", type=int, default=8, help="parents kept per generation")
+    p.add_argument("--batch", type=int, default=8, help="children evaluated per generation")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=N")
+    p.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: beside MODEL)")
+    p.add_argument("--no-check", action="store_true", help="do not replay the result against the original model")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_tune)
+

@@ -1,0 +1,86 @@
+"""The results database of ``dcstudio tune``: an embedded SQLite file, append-mostly.
+
+One row per evaluated candidate, keyed by its *context* (what makes two evaluations comparable:
+the model's sha256, bindings, optimizer file, objective, transfer mode, the fingerprint of the
+transformation code, and for time objectives the machine fingerprint and thread count) and the
+candidate's canonical key (its passes as JSON). A second run with the same context reads its
+earlier results instead of evaluating again (warm start); a changed machine or changed
+transformation code is another context, so stale values are never reused.
+
+Safe with several writers: WAL journal, a 30 s busy timeout, and every write is one transaction
+(``INSERT OR REPLACE`` of one row), so a crash leaves either the whole row or none. The schema is
+versioned (``meta.schema``); a file of another version is refused with a message, never rewritten.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ir.errors import StudioError
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Score:
+    """What one evaluation found: the objective's value (bytes, or predicted seconds), the bytes
+    moved, the recorded steps and the resulting graph's hash; ``error`` when the candidate failed."""
+    value: float
+    bytes: int
+    steps: int
+    graph_hash: str
+    seconds: float = field(compare=False)        # how long it took: not part of what was found
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "dcstudio" / "tune.sqlite"
+
+
+class ResultsDB:
+    """``get``/``put`` of scores by (context, candidate key); ``count`` per context."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+            found = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            raise StudioError(f"{self.path}: not a dcstudio tune database ({e}); pass another --db") from None
+        if found != str(SCHEMA):
+            raise StudioError(f"{self.path}: tune database schema {found}, this dcstudio reads schema {SCHEMA}; "
+                              "pass another --db (the file is left as it is)")
+        self._db.execute("""CREATE TABLE IF NOT EXISTS results (
+            context TEXT NOT NULL, candidate TEXT NOT NULL, value REAL NOT NULL, bytes INTEGER NOT NULL,
+            steps INTEGER NOT NULL, graph_hash TEXT NOT NULL, seconds REAL NOT NULL, error TEXT,
+            about TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (context, candidate))""")
+
+    def get(self, context: str, candidate: str) -> Score | None:
+        row = self._db.execute("SELECT value, bytes, steps, graph_hash, seconds, error FROM results "
+                               "WHERE context = ? AND candidate = ?", (context, candidate)).fetchone()
+        return Score(*row) if row else None
+
+    def put(self, context: str, candidate: str, score: Score, about: dict) -> None:
+        d = asdict(score)
+        self._db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (context, candidate, d["value"], d["bytes"], d["steps"], d["graph_hash"], d["seconds"],
+                          d["error"], json.dumps(about, sort_keys=True), time.time()))
+
+    def count(self, context: str) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM results WHERE context = ?", (context,)).fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,154 @@
+"""``dcstudio tune``: the search (``studio.tune``), its results database (``studio.tune_db``) and the CLI.
+
+The model is the MLP AdamW training step of the fixtures (a recipe run takes ~20 ms), so a
+search of a few dozen evaluations runs in seconds; the BERT-base figures are in the closing
+notes and ``tests/bench``. Every search here runs for real: evaluations open the model, run the
+passes and count bytes.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import threading
+
+import pytest
+
+from ir.errors import StudioError
+from studio.cli import main
+from studio.recipe import SUBSTATION, Pass
+from studio.tune import POOL, Candidate, DaskEvaluator, LocalEvaluator, ModelRef, mutate, search
+from studio.tune_db import SCHEMA, ResultsDB, Score
+
+
+@pytest.fixture
+def model(fixtures_dir) -> ModelRef:
+    return ModelRef(str(fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx"))
+
+
+def test_search_beats_or_matches_the_recipe_and_is_deterministic(model, tmp_path):
+    runs = [search(model, evaluator=LocalEvaluator(), budget=30, seed=7) for _ in range(2)]
+    a, b = runs
+    assert a.best.key == b.best.key and a.score == b.score
+    assert a.score.value <= a.baseline.value            # the recipe is in the population: never worse
+    assert a.progress.evaluated == 30 and a.progress.reused == 0
+    assert [c.key for c, _ in a.table] == [c.key for c, _ in b.table]
+    other = search(model, evaluator=LocalEvaluator(), budget=30, seed=8)
+    assert [c.key for c, _ in other.table] != [c.key for c, _ in a.table]     # the seed matters
+
+
+def test_warm_start_reads_every_result_and_returns_the_same_history(model, tmp_path):
+    db = ResultsDB(tmp_path / "r.sqlite")
+    first = search(model, evaluator=LocalEvaluator(), db=db, budget=24, seed=3)
+    assert db.count(first.context) == 24
+    again = search(model, evaluator=LocalEvaluator(), db=db, budget=24, seed=3)
+    assert again.progress.evaluated == 0 and again.progress.reused == 24     # nothing evaluated again
+    assert again.best.key == first.best.key and again.score == first.score
+    assert search(model, evaluator=LocalEvaluator(), db=db, budget=24, seed=3, objective="bytes",
+                  transfer=True).context != first.context                    # another context, no reuse
+
+
+def test_stop_keeps_the_best_found_so_far(model):
+    calls = []
+    res = search(model, evaluator=LocalEvaluator(), budget=500, seed=1,
+                 stop=lambda: len(calls) > 2, on_progress=lambda p: calls.append(p.evaluated))
+    assert res.stopped and res.progress.evaluated < 500
+    assert res.score.ok and res.score.value <= res.baseline.value
+
+
+def test_a_failing_candidate_is_a_result_not_a_crash(model, monkeypatch):
+    import studio.tune as tune
+    real = tune.run_recipe
+
+    def flaky(session, passes):
+        if any(p.transformation == "select_impl" for p in passes):
+            raise RuntimeError("boom")
+        return real(session, passes)
+    monkeypatch.setattr(tune, "run_recipe", flaky)
+    res = search(model, evaluator=LocalEvaluator(), budget=40, seed=2)
+    assert res.progress.failed > 0                                                # some did fail …
+    assert all(s.ok and "select_impl" not in c.key for c, s in res.table)         # … and never rank
+    assert res.score.ok
+
+
+def test_mutations_stay_in_the_pool_and_bounded():
+    rng = random.Random(0)
+    c = Candidate.of(SUBSTATION)
+    for _ in range(300):
+        c = mutate(rng, c, Candidate.of(SUBSTATION))
+        assert 1 <= len(c.passes) <= 24
+        assert all(p in POOL for p in c.passes)
+    assert Candidate.of([Pass("expand")]).key == '[["expand",{}]]'
+
+
+def test_database_schema_and_bad_files(tmp_path):
+    db = ResultsDB(tmp_path / "r.sqlite")
+    s = Score(12.0, 12, 3, "abc", 0.1)
+    db.put("ctx", "[]", s, {"why": "test"})
+    assert db.get("ctx", "[]") == s and db.get("other", "[]") is None
+    db.close()
+    con = sqlite3.connect(tmp_path / "r.sqlite")
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    con.commit()
+    con.close()
+    with pytest.raises(StudioError, match="schema 99"):
+        ResultsDB(tmp_path / "r.sqlite")
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(StudioError, match="not a dcstudio tune database"):
+        ResultsDB(tmp_path / "junk.sqlite")
+    assert SCHEMA == 1
+
+
+def test_database_takes_concurrent_writers(tmp_path):
+    path = tmp_path / "r.sqlite"
+    ResultsDB(path).close()
+    errors = []
+
+    def writer(k: int) -> None:
+        try:
+            db = ResultsDB(path)
+            for i in range(50):
+                db.put("ctx", f"[{k},{i}]", Score(float(i), i, 1, "h", 0.0), {})
+            db.close()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and ResultsDB(path).count("ctx") == 200
+
+
+@pytest.mark.slow
+def test_dask_local_cluster_gives_the_same_result(model):
+    ev = DaskEvaluator(workers=2)
+    try:
+        on_dask = search(model, evaluator=ev, budget=20, seed=5)
+    finally:
+        ev.close()
+    here = search(model, evaluator=LocalEvaluator(), budget=20, seed=5)
+    assert on_dask.best.key == here.best.key and on_dask.score.value == here.score.value
+    assert [c.key for c, _ in on_dask.table] == [c.key for c, _ in here.table]
+
+
+def test_cli_writes_a_history_that_replays_with_check(fixtures_dir, tmp_path, capsys):
+    out, db = tmp_path / "tuned.json", tmp_path / "r.sqlite"
+    code = main(["tune", str(fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx"), "-o", str(out),
+                 "--budget", "16", "--workers", "1", "--db", str(db), "--quiet"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "tune: done after 16 evaluations" in text and "all within tolerance" in text
+    doc = json.loads(out.read_text())
+    assert doc["steps"] and all("pass" in s for s in doc["steps"])
+    code = main(["tune", str(fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx"), "-o", str(out),
+                 "--budget", "16", "--workers", "1", "--db", str(db), "--quiet", "--no-check"])
+    assert code == 0 and "(16 from the database)" in capsys.readouterr().out
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"garbage")
+    assert main(["tune", str(bad), "-o", str(tmp_path / "h.json"), "--workers", "1", "--no-db"]) == 2
+    assert "bad.onnx" in capsys.readouterr().err
+    assert not (tmp_path / "h.json").exists()
