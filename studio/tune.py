@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from ir.errors import StudioError
-from studio.recipe import SUBSTATION, Pass, run_recipe, tune_one_layer
+from studio.recipe import SUBSTATION, Pass, run_pass, run_recipe, tune_one_layer
 from studio.tune_db import ResultsDB, Score
 
 OBJECTIVES = ("bytes", "time")
@@ -68,10 +68,12 @@ class Candidate:
 
 @dataclass(frozen=True)
 class ModelRef:
-    """What a worker needs to open the model (picklable)."""
+    """What a worker needs to open the model (picklable); ``scope``: the passes run inside that
+    layer only (``transforms.layers``, e.g. ``layer.3``)."""
     path: str
     bindings: tuple[tuple[str, int], ...] = ()
     optimizer: str | None = None
+    scope: str | None = None
 
     def open(self):
         from studio.session import Session
@@ -95,7 +97,10 @@ def evaluate(model: ModelRef, candidate: Candidate, objective: str, transfer: bo
     t = time.perf_counter()
     try:
         session = model.open()
-        if transfer:
+        if model.scope is not None:
+            for p in candidate.passes:
+                run_pass(session, p, scope=model.scope)
+        elif transfer:
             tune_one_layer(session, candidate.passes)
         else:
             run_recipe(session, candidate.passes)
@@ -231,7 +236,7 @@ class TuneResult:
 
 def context_key(model_sha256: str, model: ModelRef, objective: str, transfer: bool, peaks) -> tuple[str, dict]:
     about = {"model_sha256": model_sha256, "bindings": list(model.bindings), "optimizer": model.optimizer,
-             "objective": objective, "transfer": transfer, "code": code_fingerprint()}
+             "scope": model.scope, "objective": objective, "transfer": transfer, "code": code_fingerprint()}
     if objective == "time":
         about.update(machine=peaks.fingerprint, threads=peaks.threads)
     return hashlib.sha256(json.dumps(about, sort_keys=True).encode()).hexdigest()[:24], about
@@ -257,7 +262,7 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
         peaks = calibrated(default_threads())
     session = model.open()
     if transfer is None:
-        transfer = _has_equal_layers(session)
+        transfer = model.scope is None and _has_equal_layers(session)
     context, about = context_key(session.model_sha256, model, objective, transfer, peaks)
     rng = random.Random(seed)
     seen: dict[str, tuple[Candidate, Score]] = {}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 
-from studio.gui import qt_node_data
+from studio.gui import qt_node_data, qt_tune
 from studio.gui.qt_transfer import repeat_on_equal_layers
 from studio.gui.heatmap import SCALES
 
@@ -93,6 +93,8 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
     a.preview = _action(w, "&Preview selected match", w.preview_current, "Ctrl+Shift+Return")
     a.apply = _action(w, "&Apply selected match", w.apply_current, "Ctrl+Return")
     a.rerank = _action(w, "Re-rank matches", w.schedule_rank, "F5", "Rank the matches for selection and viewport")
+    a.tune = _action(w, "&Tune this scope…", lambda: qt_tune.show(w), "Ctrl+Shift+T",
+                     "Search pass sequences for fewer bytes in the selected layer (or the whole graph)")
     a.repeat_layers = _action(w, "Repeat on equal &layers", lambda: repeat_on_equal_layers(w), "Ctrl+Shift+L",
                               "Apply the last steps made inside one layer to every structurally equal layer")
     a.fit = _canvas_key(w, _action(w, "&Fit graph", w.view.fit, QKeySequence("F"),
@@ -166,6 +168,8 @@ def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
     w.docks_menu = view.addMenu("&Docks")
     tools = bar.addMenu("&Tools")
     tools.addActions([a.profile_all, a.profile_selection, a.cancel_profile, a.compare_step, a.export_trace])
+    tools.addSeparator()
+    tools.addAction(a.tune)
     bar.addMenu("&Help").addAction(a.about)
 
 

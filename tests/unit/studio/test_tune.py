@@ -152,3 +152,55 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert main(["tune", str(bad), "-o", str(tmp_path / "h.json"), "--workers", "1", "--no-db"]) == 2
     assert "bad.onnx" in capsys.readouterr().err
     assert not (tmp_path / "h.json").exists()
+
+
+@pytest.mark.slow
+def test_a_real_scheduler_survives_a_killed_worker(model, tmp_path):
+    """``dask scheduler`` and two ``dask worker`` processes (``measure=1`` each) on localhost; one
+    worker is killed mid-search: Dask reruns its tasks on the other, the search completes, and every
+    result the driver received is in the database."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dask = str(Path(sys.executable).with_name("dask"))
+    address = f"tcp://127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--dashboard-address", ":0"], **quiet)]
+    procs += [subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--nworkers", "1",
+                                "--resources", "measure=1", "--no-dashboard"], **quiet) for _ in range(2)]
+    ev = None
+    try:
+        ev = DaskEvaluator(address=address)
+        ev.client.wait_for_workers(2, timeout=120)
+        db = ResultsDB(tmp_path / "r.sqlite")
+        killed = []
+
+        def kill_one(p) -> None:
+            if p.evaluated >= 6 and not killed:
+                os.killpg(procs[1].pid, signal.SIGKILL)
+                killed.append(p.evaluated)
+        res = search(model, evaluator=ev, db=db, budget=40, seed=11, on_progress=kill_one)
+        assert killed and procs[1].wait(timeout=30) != 0
+        assert res.progress.evaluated == 40 and db.count(res.context) == 40
+        assert res.score.ok and res.score.value <= res.baseline.value
+        here = search(model, evaluator=LocalEvaluator(), budget=40, seed=11)
+        assert res.best.key == here.best.key                  # the cluster changed nothing but where
+    finally:
+        if ev is not None:
+            ev.close()
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)

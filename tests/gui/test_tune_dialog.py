@@ -1,0 +1,64 @@
+"""Tools → Tune this scope… (``studio/gui/qt_tune.py``): a real search on the MLP AdamW step from the
+graph as it stands, with progress; Cancel keeps the best found so far; applying a result is one undo
+macro (one Undo takes every pass back, Redo puts them back)."""
+from __future__ import annotations
+
+import pytest
+
+from studio.gui.qt_tune import TuneDialog, scope_of
+from studio.session import Session
+
+
+@pytest.fixture
+def window(make_window, fixtures_dir):
+    w = make_window()
+    w.set_session(Session.open(fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx", autosave=False))
+    return w
+
+
+def _dialog(w) -> TuneDialog:
+    w.actions_.tune.trigger()
+    dialogs = w.findChildren(TuneDialog)
+    assert len(dialogs) == 1 and dialogs[0].isVisible()
+    return dialogs[0]
+
+
+def test_search_then_apply_as_one_undoable_group(qtbot, window):
+    w, s = window, window.session
+    d = _dialog(w)
+    d.budget.setValue(12)
+    d.start_button.click()
+    assert not d.start_button.isEnabled() and d.cancel_button.isEnabled()
+    qtbot.waitUntil(lambda: d.task is None, timeout=120000)
+    assert d.result is not None and not d.result.stopped
+    assert d.progress.value() == 12 and d.table.rowCount() >= 1
+    assert d.status.text().startswith("done: 12 sequences evaluated")
+    before, moved, entries = s.cursor, s.metrics().bytes, w.stack.count()
+    recorded = d.apply_selected()
+    assert recorded >= 1 and s.cursor == before + recorded
+    assert w.stack.count() == entries + 1 and w.stack.text(entries).startswith("tune: ")
+    assert s.metrics().bytes == d.result.score.bytes < moved
+    w.actions_.undo.trigger()
+    assert s.cursor == before and s.metrics().bytes == moved
+    w.actions_.redo.trigger()
+    assert s.cursor == before + recorded and s.metrics().bytes == d.result.score.bytes
+    d.close()
+
+
+def test_cancel_keeps_the_best_found_so_far(qtbot, window):
+    d = _dialog(window)
+    d.budget.setValue(5000)
+    d.start_button.click()
+    qtbot.waitUntil(lambda: d.progress.value() >= 3, timeout=120000)
+    d.cancel_button.click()
+    qtbot.waitUntil(lambda: d.task is None, timeout=120000)
+    assert d.result is not None and d.result.stopped and d.result.progress.evaluated < 5000
+    assert d.table.rowCount() >= 1 and d.status.text().startswith("stopped early")
+    assert d.apply_button.isEnabled()
+    d.close()
+
+
+def test_scope_is_the_layer_the_selection_shares():
+    assert scope_of(["encoder/layer.2/attn/MatMul", "encoder/layer.2/ffn/Add"]) == "layer.2"
+    assert scope_of(["encoder/layer.2/attn/MatMul", "encoder/layer.3/ffn/Add"]) is None
+    assert scope_of(["loss/ReduceMean"]) is None and scope_of([]) is None
