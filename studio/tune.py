@@ -91,19 +91,26 @@ def predicted_seconds(session, peaks) -> float:
     return sum(max(e.bytes / peaks.bandwidth, e.flops / peaks.flops) for e in session.ledger.kernels.values())
 
 
+def applied(model: ModelRef, candidate: Candidate, transfer: bool):
+    """A fresh session of ``model`` with ``candidate``'s passes run (inside the scope, or with
+    transfer tuning)."""
+    session = model.open()
+    if model.scope is not None:
+        for p in candidate.passes:
+            run_pass(session, p, scope=model.scope)
+    elif transfer:
+        tune_one_layer(session, candidate.passes)
+    else:
+        run_recipe(session, candidate.passes)
+    return session
+
+
 def evaluate(model: ModelRef, candidate: Candidate, objective: str, transfer: bool, peaks=None) -> Score:
     """Run ``candidate`` on a fresh session of ``model`` and score it (any failure is the score's
     ``error``, never an exception: one bad sequence must not stop the search)."""
     t = time.perf_counter()
     try:
-        session = model.open()
-        if model.scope is not None:
-            for p in candidate.passes:
-                run_pass(session, p, scope=model.scope)
-        elif transfer:
-            tune_one_layer(session, candidate.passes)
-        else:
-            run_recipe(session, candidate.passes)
+        session = applied(model, candidate, transfer)
         moved = session.metrics().bytes
         value = float(moved) if objective == "bytes" else predicted_seconds(session, peaks)
         from ir.serialize import graph_hash
@@ -149,6 +156,9 @@ class LocalEvaluator:
         for i, c in enumerate(candidates):
             on_result(i, evaluate(model, c, objective, transfer, peaks))
 
+    def measure(self, fn, *args):
+        return fn(*args)
+
     def close(self) -> None:
         pass
 
@@ -186,10 +196,41 @@ class DaskEvaluator:
             for f in futures:
                 f.cancel()
 
+    def measure(self, fn, *args):
+        """A timing task: on a worker holding the ``measure`` resource (one per machine), alone."""
+        return self.client.submit(fn, *args, resources={"measure": 1}, pure=False).result()
+
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+# --------------------------------------------------------------------------- measuring finalists
+
+@dataclass(frozen=True)
+class Measured:
+    """A finalist's exported step against the hand recipe's, paired in one worker process
+    (``codegen.timing.profiler.ab_ratio``): ``ratio`` = recipe median / finalist median (> 1:
+    the finalist is faster); ``spread`` of the per-pair ratios; the thread count used."""
+    key: str
+    recipe_ms: float
+    candidate_ms: float
+    ratio: float
+    spread: float
+    threads: int
+
+
+def measure_pair(model: ModelRef, baseline: Candidate, candidate: Candidate, transfer: bool, reps: int,
+                 threads: int | None) -> Measured:
+    """Both sequences' whole steps on the CPU backend, alternately, on recorded (deterministic) inputs."""
+    from codegen.numpy_ref.feeds import feeds_for
+    from codegen.timing.profiler import ab_ratio
+    a = applied(model, baseline, transfer).graph
+    b = applied(model, candidate, transfer).graph
+    r = ab_ratio(a, b, feeds_for(a), reps=reps, warmup=2, threads=threads)
+    used = int(r.threads.get("numba_threads") or r.threads.get("blas_threads") or threads or 0)
+    return Measured(candidate.key, r.a.median_s * 1e3, r.b.median_s * 1e3, r.ratio, r.pair_spread, used)
 
 
 # --------------------------------------------------------------------------- search
@@ -232,6 +273,19 @@ class TuneResult:
     context: str
     transfer: bool
     table: list[tuple[Candidate, Score]] = field(default_factory=list)
+    baseline_candidate: Candidate | None = None
+    measured: list[Measured] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> Candidate:
+        """The best by the objective; with measured finalists, the fastest measured one, and the hand
+        recipe when none of them beat it."""
+        if not self.measured:
+            return self.best
+        fastest = max(self.measured, key=lambda m: (m.ratio, m.key))
+        if fastest.ratio - 1.0 <= fastest.spread / 2:       # not clearly faster than the paired noise
+            return self.baseline_candidate
+        return next(c for c, _ in self.table if c.key == fastest.key)
 
 
 def context_key(model_sha256: str, model: ModelRef, objective: str, transfer: bool, peaks) -> tuple[str, dict]:
@@ -251,9 +305,14 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
            budget: int | None = 200, minutes: float | None = None, seed: int = 0,
            start: Sequence[Sequence[Pass]] = (SUBSTATION,), transfer: bool | None = None, beam: int = 8,
            batch: int = 8, peaks=None, on_progress: Callable[[Progress], None] | None = None,
-           stop: Callable[[], bool] | None = None) -> TuneResult:
+           stop: Callable[[], bool] | None = None, measure: int = 0, reps: int = 10,
+           threads: int | None = None) -> TuneResult:
     """The search described in the module docstring. ``budget``: evaluations (database hits count
-    too, so a warm start walks the same path); ``minutes``: wall time; both: whichever ends first."""
+    too, so a warm start walks the same path); ``minutes``: wall time; both: whichever ends first.
+    ``measure``: that many finalists (the best after the hand recipe) are then timed against the
+    hand recipe as exported CPU steps (``measure_pair``, as timing tasks of the evaluator), and
+    ``TuneResult.chosen`` is the fastest measured, or the recipe when none beats it by more than
+    half the spread of its paired ratios."""
     if objective not in OBJECTIVES:
         raise StudioError(f"unknown objective '{objective}'; choose one of {', '.join(OBJECTIVES)}")
     if objective == "time" and peaks is None:
@@ -328,7 +387,22 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
         raise StudioError("no candidate could be evaluated; the first error: "
                           + next((s.error for _, s in seen.values() if s.error), "none"))
     best, score = table[0]
-    return TuneResult(best, score, seen[baseline_key][1], prog, stopped, context, transfer, table)
+    res = TuneResult(best, score, seen[baseline_key][1], prog, stopped, context, transfer, table,
+                     baseline_candidate=seen[baseline_key][0])
+    if measure and not stopped:
+        finalists = [c for c, _ in table if c.key != baseline_key][:measure]
+        for c in finalists:
+            if stop and stop():
+                break
+            hit = db.get_measured(context, c.key) if db is not None else None
+            if hit is None:
+                hit = evaluator.measure(measure_pair, model, res.baseline_candidate, c, transfer, reps, threads)
+                if db is not None:
+                    db.put_measured(context, hit)
+            res.measured.append(hit)
+            if on_progress is not None:
+                on_progress(prog)
+    return res
 
 
 def history_passes(path: str | Path) -> list[Pass]:

@@ -48,7 +48,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   f"{f'; results in {db.path}' if db else ''}", file=sys.stderr)
         res = search(model, evaluator=evaluator, db=db, objective=args.objective, budget=args.budget,
                      minutes=args.minutes, seed=args.seed, start=starts, beam=args.beam, batch=args.batch,
-                     on_progress=on_progress)
+                     on_progress=on_progress, reps=args.reps, threads=args.threads,
+                     measure=args.measure if args.measure is not None else 3 if args.objective == "time" else 0)
     finally:
         evaluator.close()
         if db is not None:
@@ -56,7 +57,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if tty and not args.quiet:
         sys.stderr.write("\n")
     session = model.open()
-    (tune_one_layer if res.transfer else run_recipe)(session, res.best.passes)
+    chosen = res.chosen
+    (tune_one_layer if res.transfer else run_recipe)(session, chosen.passes)
     session.save_history(args.output)
     base, best = res.baseline, res.score
     gain = f"{best.value / base.value - 1:+.1%}" if base.ok and base.value else "n/a"
@@ -64,6 +66,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"({res.progress.reused} from the database), {res.progress.generation} generations; "
           f"best {_fmt(best.value, args.objective)} against the hand recipe's {_fmt(base.value, args.objective)} "
           f"({gain}); {len(res.best.passes)} passes: {', '.join(p.transformation for p in res.best.passes)}")
+    for m in res.measured:
+        print(f"measured: exported step {m.candidate_ms:.1f} ms against the recipe's {m.recipe_ms:.1f} ms "
+              f"({m.ratio:.3f}x, paired spread {m.spread:.1%}, {m.threads} threads)"
+              + ("  <- chosen" if m.key == chosen.key else ""))
+    if res.measured and chosen.key == res.baseline_candidate.key:
+        print("measured: no finalist beat the hand recipe's exported step by more than the noise; writing the recipe")
     print(f"wrote {args.output} ({session.cursor} steps, {session.metrics().bytes / 1e6:.2f} MB moved)")
     if args.no_check:
         return 0
@@ -105,6 +113,11 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=int, default=8, help="children evaluated per generation")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=N")
     p.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: beside MODEL)")
+    p.add_argument("--measure", type=int, default=None, metavar="K",
+                   help="time the K best sequences' exported CPU steps against the recipe's and write the fastest "
+                        "(default 3 with --objective time, else 0)")
+    p.add_argument("--reps", type=int, default=10, help="paired steps per measurement (default 10)")
+    p.add_argument("--threads", type=int, default=None, help="threads of the measured steps (default: all cores)")
     p.add_argument("--no-check", action="store_true", help="do not replay the result against the original model")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_tune)

@@ -1,9 +1,12 @@
 """The results database of ``dcstudio tune``: an embedded SQLite file, append-mostly.
 
-One row per evaluated candidate, keyed by its *context* (what makes two evaluations comparable:
+Table ``results``: one row per evaluated candidate, keyed by its *context* (what makes two evaluations comparable:
 the model's sha256, bindings, optimizer file, objective, transfer mode, the fingerprint of the
 transformation code, and for time objectives the machine fingerprint and thread count) and the
-candidate's canonical key (its passes as JSON). A second run with the same context reads its
+candidate's canonical key (its passes as JSON). Table ``measurements``: a finalist's exported step
+timed against the hand recipe's (medians, their ratio, the spread of the paired ratios, threads),
+under the same keys; a time objective's context holds the machine fingerprint and thread count.
+A second run with the same context reads its
 earlier results instead of evaluating again (warm start); a changed machine or changed
 transformation code is another context, so stale values are never reused.
 
@@ -67,6 +70,10 @@ class ResultsDB:
             context TEXT NOT NULL, candidate TEXT NOT NULL, value REAL NOT NULL, bytes INTEGER NOT NULL,
             steps INTEGER NOT NULL, graph_hash TEXT NOT NULL, seconds REAL NOT NULL, error TEXT,
             about TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (context, candidate))""")
+        self._db.execute("""CREATE TABLE IF NOT EXISTS measurements (
+            context TEXT NOT NULL, candidate TEXT NOT NULL, recipe_ms REAL NOT NULL, candidate_ms REAL NOT NULL,
+            ratio REAL NOT NULL, spread REAL NOT NULL, threads INTEGER NOT NULL, created REAL NOT NULL,
+            PRIMARY KEY (context, candidate))""")
 
     def get(self, context: str, candidate: str) -> Score | None:
         row = self._db.execute("SELECT value, bytes, steps, graph_hash, seconds, error FROM results "
@@ -78,6 +85,16 @@ class ResultsDB:
         self._db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          (context, candidate, d["value"], d["bytes"], d["steps"], d["graph_hash"], d["seconds"],
                           d["error"], json.dumps(about, sort_keys=True), time.time()))
+
+    def get_measured(self, context: str, candidate: str):
+        from studio.tune import Measured
+        row = self._db.execute("SELECT recipe_ms, candidate_ms, ratio, spread, threads FROM measurements "
+                               "WHERE context = ? AND candidate = ?", (context, candidate)).fetchone()
+        return Measured(candidate, *row) if row else None
+
+    def put_measured(self, context: str, m) -> None:
+        self._db.execute("INSERT OR REPLACE INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         (context, m.key, m.recipe_ms, m.candidate_ms, m.ratio, m.spread, m.threads, time.time()))
 
     def count(self, context: str) -> int:
         return self._db.execute("SELECT COUNT(*) FROM results WHERE context = ?", (context,)).fetchone()[0]

@@ -204,3 +204,20 @@ def test_a_real_scheduler_survives_a_killed_worker(model, tmp_path):
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_time_objective_measures_finalists_and_keeps_them(model, tmp_path):
+    """``objective="time"``: scored by the roofline, then the two best sequences' exported steps are
+    timed against the recipe's (paired, out of process); a second run reads the measurements."""
+    db = ResultsDB(tmp_path / "r.sqlite")
+    res = search(model, evaluator=LocalEvaluator(), db=db, objective="time", budget=10, seed=4, measure=2, reps=3)
+    assert len(res.measured) == 2
+    for m in res.measured:
+        assert m.recipe_ms > 0 and m.candidate_ms > 0 and m.threads >= 1
+        assert m.ratio == pytest.approx(m.recipe_ms / m.candidate_ms, rel=1e-6)
+    assert res.chosen.key in {c.key for c, _ in res.table}
+    fastest = max(res.measured, key=lambda m: m.ratio)
+    assert (res.chosen.key == fastest.key) == (fastest.ratio - 1 > fastest.spread / 2)
+    again = search(model, evaluator=LocalEvaluator(), db=db, objective="time", budget=10, seed=4, measure=2, reps=3)
+    assert again.measured == res.measured and again.progress.evaluated == 0
