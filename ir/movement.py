@@ -183,7 +183,7 @@ def _expansion_estimate(graph: Graph, node: OpNode) -> Estimate | None:
 
 def library_flops(graph: Graph, node: OpNode) -> int | None:
     """Closed-form FLOPs of library ops (2 per multiply-add); None for other ops."""
-    if node.domain == "ai.dcstudio" and node.op_type in ("MatMul", "Gemm", "FusedMatMul", "GroupedGemm"):
+    if node.domain == "ai.dcstudio" and node.op_type in ("MatMul", "Gemm", "FusedMatMul", "GroupedGemm", "Einsum"):
         from ir.fused_ops import fused_flops  # contraction(s) in closed form + epilogue operations
         return fused_flops(graph, node)
     shape = lambda k: graph.container(node.inputs[k].container).concrete_shape(graph.bindings)  # noqa: E731

@@ -119,6 +119,22 @@ def test_near_misses_name_the_kernels():
     assert_fails(cyc, T, T.match("mm", "add/expanded"), "depends on 'mm' through another kernel", "cycle")
 
 
+def test_an_einsum_with_an_epilogue_keeps_its_flops():
+    """A two-operand Einsum fused with its epilogue (``ai.dcstudio::Einsum``, more than two inputs)
+    once counted 0 FLOPs: the roofline then priced the weight-gradient einsums as free, and
+    ``tune --objective time`` preferred sequences that left them ungrouped (found by tune)."""
+    nodes = [helper.make_node("Einsum", ["x", "w"], ["h"], name="mm", equation="cda,cdb->ab"),
+             helper.make_node("Add", ["h", "b"], ["y"], name="bias")]
+    g = expanded(nodes, [vi("x", [2, 3, 4])], [vi("y", [4, 5])], [w("w", [2, 3, 5]), w("b", [5])], fuse=[])
+    [match] = [m for m in T.matches(g) if m.anchors[0] == "mm"]
+    _, work = assert_applies(g, T, match)
+    node = work.nodes["epilogue:mm"]
+    assert (node.domain, node.op_type) == ("ai.dcstudio", "Einsum") and len(node.inputs) > 2
+    contraction, epilogue = 2 * 2 * 3 * 4 * 5, 4 * 5
+    assert kernel_estimate(work, node).flops == fused_ops.fused_flops(work, node) == contraction + epilogue
+    assert report(work).total.flops == report(g).total.flops
+
+
 # --- the real BERT-base training step --------------------------------------------------------
 
 def test_bert_bias_and_gelu_epilogue(bert):
