@@ -1,6 +1,6 @@
 """``dcstudio tune MODEL -o HISTORY``: search for a better pass sequence than the hand recipe.
 
-Prints progress with the best so far (one updating line on a terminal, a line per generation in
+Prints progress with the best so far (a rich progress bar on a terminal, a line per generation in
 logs); Ctrl-C stops the search and still writes the best history found. The history is written
 atomically and then replayed against the original model (``replay --check``) unless ``--no-check``.
 Exit 0 when the written history checks out, 1 when its check fails, 2 on bad input.
@@ -23,20 +23,25 @@ def cmd_tune(args: argparse.Namespace) -> int:
     starts = [SUBSTATION] + [history_passes(h) for h in args.start]
     db = None if args.no_db else ResultsDB(args.db or default_path())
     tty = sys.stderr.isatty()
-    shown = {"generation": -1, "t": 0.0}
+    shown = {"generation": -1}
     t0 = time.monotonic()
+    bar = task = None
+    if tty and not args.quiet:            # a rich bar with the best so far; logs get a line per generation
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        bar = Progress(TextColumn("tune"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                       TimeElapsedColumn(), transient=True, console=Console(stderr=True))
+        task = bar.add_task("tune", total=args.budget, info="")
 
     def on_progress(p) -> None:
         if args.quiet or p.best is None:
             return
-        line = (f"generation {p.generation:3d}  evaluated {p.evaluated:4d}  from the database {p.reused:4d}  "
-                f"best {_fmt(p.best.value, args.objective)} ({len(p.best_candidate.passes)} passes)  "
-                f"{time.monotonic() - t0:6.1f} s")
-        if tty and time.monotonic() - shown["t"] > 0.2:
-            sys.stderr.write("\r" + line)
-            shown["t"] = time.monotonic()
-        elif not tty and p.generation != shown["generation"]:
-            sys.stderr.write(line + "\n")
+        best = f"best {_fmt(p.best.value, args.objective)} ({len(p.best_candidate.passes)} passes)"
+        if bar is not None:
+            bar.update(task, completed=p.evaluated + p.reused, info=f"{best}, generation {p.generation}")
+        elif p.generation != shown["generation"]:
+            sys.stderr.write(f"generation {p.generation:3d}  evaluated {p.evaluated:4d}  from the database "
+                             f"{p.reused:4d}  {best}  {time.monotonic() - t0:6.1f} s\n")
         shown["generation"] = p.generation
 
     evaluator = LocalEvaluator() if args.workers == 1 and not args.scheduler else \
@@ -46,16 +51,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(f"tune: {args.objective}, budget {args.budget or '-'} evaluations"
                   f"{f', {args.minutes:g} min' if args.minutes else ''}, seed {args.seed}, on {evaluator.name}"
                   f"{f'; results in {db.path}' if db else ''}", file=sys.stderr)
+        if bar is not None:
+            bar.start()
         res = search(model, evaluator=evaluator, db=db, objective=args.objective, budget=args.budget,
                      minutes=args.minutes, seed=args.seed, start=starts, beam=args.beam, batch=args.batch,
                      on_progress=on_progress, reps=args.reps, threads=args.threads,
                      measure=args.measure if args.measure is not None else 3 if args.objective == "time" else 0)
     finally:
+        if bar is not None:
+            bar.stop()
         evaluator.close()
         if db is not None:
             db.close()
-    if tty and not args.quiet:
-        sys.stderr.write("\n")
     session = model.open()
     chosen = res.chosen
     (tune_one_layer if res.transfer else run_recipe)(session, chosen.passes)
