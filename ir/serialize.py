@@ -176,9 +176,9 @@ def graph_hash(graph: Graph, cache: "HashCache | None" = None) -> str:
     outputs, bindings, opsets, meta, value digests) and of each node, in node order;
     independent of PYTHONHASHSEED and of where the model file lies: ``meta["source"]`` (its
     path) is left out, ``meta["sha256"]`` (its content) stays, so a history recorded on a model
-    replays on the same file moved, renamed or in another checkout. With a ``HashCache`` the digests of nodes and values that
-    did not change are reused (a replay forgets the ids each step touched): the same hash at
-    a fraction of the cost on a 10k-node graph."""
+    replays on the same file moved, renamed or in another checkout. With a ``HashCache`` the
+    digests of nodes and values that did not change are reused (a replay forgets the ids each
+    step touched): the same hash at a fraction of the cost on a 10k-node graph."""
     cache = cache if cache is not None else HashCache()
     header = to_json(graph, with_values=False, with_nodes=False, with_containers=False,
                      value_digest=cache.value_digest)

@@ -237,7 +237,7 @@ def measure_pair(model: ModelRef, baseline: Candidate, candidate: Candidate, tra
 
 def code_fingerprint() -> str:
     """dcstudio's version and a hash of the transformation code: results of other code are not reused."""
-    h = hashlib.sha256(metadata.version("dcstudio").encode() if _installed() else b"source")
+    h = hashlib.sha256(_version().encode())
     root = Path(__file__).resolve().parents[1]
     for p in sorted((root / "transforms").rglob("*.py")) + sorted((root / "ir").rglob("*.py")):
         h.update(p.relative_to(root).as_posix().encode())
@@ -245,12 +245,11 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def _installed() -> bool:
+def _version() -> str:
     try:
-        metadata.version("dcstudio")
-        return True
+        return metadata.version("dcstudio")
     except metadata.PackageNotFoundError:
-        return False
+        return "source"
 
 
 @dataclass
@@ -339,6 +338,7 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
             if hit is not None:
                 seen[c.key] = (c, hit)
                 prog.reused += 1
+                _note_best(c, hit)
             else:
                 todo.append(c)
         if todo:
@@ -350,8 +350,6 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
                     db.put(context, todo[i].key, score, about)
                 _note_best(todo[i], score)
             evaluator(model, todo, objective, transfer, peaks, got)
-        for c in cands:
-            _note_best(*seen[c.key])
 
     def _note_best(c: Candidate, s: Score) -> None:
         if s.ok and (prog.best is None or _rank((c, s)) < _rank((prog.best_candidate, prog.best))):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from studio.cli import parse_bindings
-    from studio.recipe import SUBSTATION, run_recipe, tune_one_layer
-    from studio.tune import DaskEvaluator, LocalEvaluator, ModelRef, history_passes, search
+    from studio.recipe import SUBSTATION
+    from studio.tune import DaskEvaluator, LocalEvaluator, ModelRef, applied, history_passes, search
     from studio.tune_db import ResultsDB, default_path
 
     model = ModelRef(str(args.model), tuple(sorted(parse_bindings(args.bind).items())), args.optimizer)
@@ -63,9 +63,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         evaluator.close()
         if db is not None:
             db.close()
-    session = model.open()
     chosen = res.chosen
-    (tune_one_layer if res.transfer else run_recipe)(session, chosen.passes)
+    session = applied(model, chosen, res.transfer)
     session.save_history(args.output)
     base, best = res.baseline, res.score
     gain = f"{best.value / base.value - 1:+.1%}" if base.ok and base.value else "n/a"

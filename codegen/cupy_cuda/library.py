@@ -402,19 +402,17 @@ def _einsum_views(equation, a, b, out):
     ns = [c for c in res if c in lb and c not in la]
     ks = [c for c in la if c in lb and c not in res]
 
-    def dims(x, letters, x_letters):
-        st = _elems(x)
-        return [(x.shape[x_letters.index(c)], st[x_letters.index(c)]) for c in letters]
-    m_a, m_o = _merge(dims(a, ms, la)), _merge(dims(out, ms, res))
-    n_b, n_o = _merge(dims(b, ns, lb)), _merge(dims(out, ns, res))
-    k_a, k_b = _merge(dims(a, ks, la)), _merge(dims(b, ks, lb))
+    sa, sb, so = _elems(a), _elems(b), _elems(out)
+
+    def dims(strides, letters, x_letters):
+        return [(sizes[c], strides[x_letters.index(c)]) for c in letters]
+    m_a, m_o = _merge(dims(sa, ms, la)), _merge(dims(so, ms, res))
+    n_b, n_o = _merge(dims(sb, ns, lb)), _merge(dims(so, ns, res))
+    k_a, k_b = _merge(dims(sa, ks, la)), _merge(dims(sb, ks, lb))
     if None in (m_a, m_o, n_b, n_o, k_a, k_b):
         return None
-    batch = [(out.shape[res.index(c)], (_elems(a)[la.index(c)], _elems(b)[lb.index(c)], _elems(out)[res.index(c)]))
-             for c in bat]
-    m_size = max(m_a[0], m_o[0])
-    n_size = max(n_b[0], n_o[0])
-    return _plan(batch, ((m_size, m_a[1]), m_o[1]), ((n_size, n_b[1]), n_o[1]), (k_a[0], k_a[1], k_b[1]))
+    batch = [(sizes[c], (sa[la.index(c)], sb[lb.index(c)], so[res.index(c)])) for c in bat]
+    return _plan(batch, (m_a, m_o[1]), (n_b, n_o[1]), (k_a[0], k_a[1], k_b[1]))   # the sizes agree (checked)
 
 
 def einsum(equation, a, b, out=None):
