@@ -188,7 +188,7 @@ def library_flops(graph: Graph, node: OpNode) -> int | None:
         return fused_flops(graph, node)
     shape = lambda k: graph.container(node.inputs[k].container).concrete_shape(graph.bindings)  # noqa: E731
     op = node.op_type
-    if op not in ("MatMul", "FusedMatMul", "Gemm", "Conv", "ConvTranspose", "ConvGrad", "Einsum"):
+    if op not in ("MatMul", "FusedMatMul", "Gemm", "Conv", "ConvTranspose", "ConvGrad", "ConvWeightGrad", "Einsum"):
         return None
     if op == "Einsum":
         return _einsum_flops(graph, node)
@@ -209,6 +209,8 @@ def library_flops(graph: Graph, node: OpNode) -> int | None:
         w = shape(1)
         x_or_y = out_shape if op == "Conv" else shape(0)
         return 2 * math.prod(w[1:]) * math.prod(x_or_y)
+    if op == "ConvWeightGrad":                        # (X, dY) -> dW: one multiply-add per dW term per dY point
+        return 2 * math.prod(out_shape[1:]) * math.prod(shape(1))
     if op == "ConvGrad":
         w = shape(2)
         dy = shape(0)

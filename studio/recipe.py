@@ -12,7 +12,8 @@ into the contractions that read or write them, fuse elementwise chains, fuse
 them into softmax and layernorm (forward and backward), fuse the Q/K/V
 projections and GEMM epilogues, then fuse the optimizer update into the kernels
 (maps or GEMMs) that produce the gradients, and finally store GEMM/Einsum outputs
-in the layout their readers walk (same bytes, unit-stride reads).
+in the layout their readers walk (same bytes, unit-stride reads). ``CNN`` runs
+``conv_weight_grad`` first; ``pick`` chooses between them by graph content (``auto``).
 """
 from __future__ import annotations
 
@@ -46,8 +47,38 @@ SUBSTATION: tuple[Pass, ...] = (
     Pass("layout_select", {"contraction_only": True}),   # GEMM/Einsum outputs in the layout their readers walk
 )
 
-RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION,
+CNN: tuple[Pass, ...] = (
+    Pass("conv_weight_grad"),          # weight gradients as one op in W's layout, before expand hides the transposes
+) + SUBSTATION
+"""Convolutional training graphs: Substation, after the weight gradients of convolutions become
+``ConvWeightGrad`` ops (the transposed copies of X and dY go, and the optimizer update then reads
+its gradient in W's layout instead of transposed)."""
+
+RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION, "cnn": CNN,
                                         "fuse": (Pass("expand"), Pass("map_fusion"))}
+AUTO = "auto"
+"""The recipe name that picks by graph content (``pick``)."""
+
+
+def pick(graph, name: str = AUTO) -> str:
+    """``name``, or for ``auto``: ``cnn`` when the graph holds a Conv, else ``substation``."""
+    if name != AUTO:
+        return name
+    has_conv = any(getattr(n, "op_type", None) == "Conv" and not getattr(n, "domain", "") for n in graph.nodes.values())
+    return "cnn" if has_conv else "substation"
+
+
+def pick_for_model(path: str, name: str = AUTO) -> str:
+    """``pick`` from an ONNX file's node list (weights not loaded), for callers that hold no graph; a file
+    that does not load gets ``substation`` (loading it for real then says what is wrong with it)."""
+    import onnx
+    if name != AUTO:
+        return name
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:                      # noqa: BLE001 - reported by the caller's own load
+        return "substation"
+    return "cnn" if any(n.op_type == "Conv" and n.domain in ("", "ai.onnx") for n in model.graph.node) else "substation"
 
 
 def run_pass(session: Session, p: Pass, on_step: Callable[[str, int], None] | None = None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from studio.recipe import RECIPES, run_recipe, tune_one_layer
+from studio.recipe import AUTO, RECIPES, pick, run_recipe, tune_one_layer
 from studio.session import Session
 
 
@@ -32,13 +32,14 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         last[:] = [name, line]
 
     run = tune_one_layer if args.tune_one_layer else run_recipe
-    counts = run(session, RECIPES[args.name], on_step=on_step)
+    name = pick(session.graph, args.name)
+    counts = run(session, RECIPES[name], on_step=on_step)
     if not args.quiet and (tty or last[1]):
         sys.stderr.write("\n" if tty else last[1] + "\n")
     session.save_history(args.output)
     after = session.metrics()
     applied = ", ".join(f"{n} ×{c}" for n, c in counts.items() if c)
-    print(f"{args.name}: {session.cursor} steps ({applied}); {before.bytes / 1e6:.2f} MB -> "
+    print(f"{name}: {session.cursor} steps ({applied}); {before.bytes / 1e6:.2f} MB -> "
           f"{after.bytes / 1e6:.2f} MB ({after.bytes / before.bytes - 1:+.1%}), bound {after.bound / 1e6:.2f} MB, "
           f"moved/bound {before.ratio:.2f}x -> {after.ratio:.2f}x; wrote {args.output}")
     return 0
@@ -48,7 +49,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("recipe", help="run a transformation recipe and save the history")
     p.add_argument("model", help="ONNX model")
     p.add_argument("-o", "--output", required=True, help="history file to write")
-    p.add_argument("--name", choices=sorted(RECIPES), default="substation", help="recipe (default substation)")
+    p.add_argument("--recipe", "--name", dest="name", choices=sorted(RECIPES) + [AUTO], default=AUTO,
+                   help="recipe (default auto: cnn when the model has convolutions, else substation)")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=N")
     p.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: beside MODEL)")
     p.add_argument("--tune-one-layer", action="store_true",

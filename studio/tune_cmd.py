@@ -15,12 +15,12 @@ from pathlib import Path
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from studio.cli import parse_bindings
-    from studio.recipe import SUBSTATION
+    from studio.recipe import RECIPES, pick_for_model
     from studio.tune import DaskEvaluator, LocalEvaluator, ModelRef, applied, history_passes, search
     from studio.tune_db import ResultsDB, default_path
 
     model = ModelRef(str(args.model), tuple(sorted(parse_bindings(args.bind).items())), args.optimizer)
-    starts = [SUBSTATION] + [history_passes(h) for h in args.start]
+    starts = [RECIPES[pick_for_model(args.model)]] + [history_passes(h) for h in args.start]
     db = None if args.no_db else ResultsDB(args.db or default_path())
     tty = sys.stderr.isatty()
     shown = {"generation": -1}

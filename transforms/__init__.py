@@ -24,6 +24,7 @@ import importlib
 
 TRANSFORMATION_MODULES = sorted([
     "constant_folding",
+    "conv_weight_grad",
     "expand",
     "gemm_epilogue_fusion",
     "horizontal_fusion",

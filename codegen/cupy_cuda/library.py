@@ -450,3 +450,21 @@ def reference(fn, inputs, attrs, ctx):
     """Inputs, and attributes that hold tensors (device weights), come down; outputs go up."""
     host = [to_host(x) for x in inputs]
     return [asarray(v) for v in fn(host, {k: to_host(v) for k, v in attrs.items()}, ctx)]
+
+
+def conv(fn, inputs, attrs, ctx, out):
+    """ONNX Conv into ``out``: for now on the host, in the reference kernel ``fn`` (no device kernel yet)."""
+    out[...] = reference(fn, inputs, attrs, ctx)[0]
+    return out
+
+
+def conv_transpose(fn, inputs, attrs, ctx, out):
+    """ONNX ConvTranspose into ``out``, on the host like ``conv``."""
+    out[...] = reference(fn, inputs, attrs, ctx)[0]
+    return out
+
+
+def conv_weight_grad(fn, inputs, attrs, ctx, out):
+    """ai.dcstudio ConvWeightGrad into ``out``, on the host like ``conv``."""
+    out[...] = reference(fn, inputs, attrs, ctx)[0]
+    return out

@@ -10,6 +10,7 @@ Layout of ``DIR`` (its name is the package name, so ``cd parent && python -m DIR
     DIR/kernels/        the numba loop-nest kernels, one module ``k_<sha>.py`` each (with the
                         fastmath helpers it calls), byte-identical to dcstudio's kernel cache
     DIR/_lib.py         BLAS calls and buffers (a copy of the backend's library, ``codegen/numba_cpu/library.py``)
+    DIR/convolution.py  the library's parts, copied under their own names (CPU: the convolution kernels)
     DIR/_ref/           NumPy reference kernels for the ops without a kernel (``vendor``)
     DIR/weights.npz     initializers, folded constants, default inputs (parameters, optimizer state)
     DIR/check.npz       inputs ``in_<k>``, the ORIGINAL model's outputs ``out_<k>`` (float64 truth,
@@ -253,6 +254,8 @@ def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str
     (tmp / "model.py").write_text(module_text(prog, mode="export", doc=doc, header=head), encoding="utf-8")
     _write_kernels(prog, tmp / "kernels", backend)
     (tmp / "_lib.py").write_text(backend.library.read_text(encoding="utf-8"), encoding="utf-8")
+    for part in backend.library_parts:
+        (tmp / part.name).write_text(part.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp / "__init__.py").write_text(f'"""{doc}"""\nfrom .model import INPUTS, OUTPUTS, Model  # noqa: F401\n',
                                      encoding="utf-8")
     check = check_data(graph, inputs, oracle)     # before writing anything else: it may refuse

@@ -51,7 +51,7 @@ def renderer(parallel: bool = False, fast: bool = True) -> Render:
 
 
 CPU = Backend("cpu", "NumPy + numba", renderer, kernel_module, kernels_init, Path(library.__file__),
-              kernels_may_alias=True)
+              kernels_may_alias=True, library_parts=(Path(library.__file__).with_name("convolution.py"),))
 
 
 def program(graph: Graph, *, parallel: bool = False, fast: bool = True, lowered: bool = False) -> Program:

@@ -324,3 +324,59 @@ def run(fn, weights: dict, buffers, outputs, args: list) -> dict:
 def reference(fn, inputs: tuple, attrs: dict, ctx) -> list[np.ndarray]:
     """Outputs of reference kernel ``fn`` (never mutates its inputs)."""
     return [np.asarray(v) for v in fn(list(inputs), attrs, ctx)]
+
+
+def _conv_geometry(inputs: tuple, attrs: dict, out: np.ndarray):
+    """(x, w, y, strides, begin pads, dilations) as 4-d views for the float32 1-D/2-D convolutions
+    ``convolution.py`` runs, or None (other ranks, dtypes, ``auto_pad`` or ``output_shape``).
+    For a weight gradient, ``w`` is the output gradient and ``y`` the weights' gradient."""
+    x, w = inputs[0], inputs[1]
+    nd = x.ndim - 2
+    if nd not in (1, 2) or not all(a.dtype == np.float32 for a in (x, w, out)):
+        return None
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "", "VALID") or "output_shape" in attrs:
+        return None
+    strides = list(attrs.get("strides") or [1] * nd)
+    dil = list(attrs.get("dilations") or [1] * nd)
+    pads = list(attrs.get("pads") or [0] * (2 * nd))[:nd]
+    x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+    if nd == 1:
+        x, w, out = x[:, :, None, :], w[:, :, None, :], out[:, :, None, :]
+        strides, pads, dil = [1] + strides, [0] + pads, [1] + dil
+    return x, w, out, tuple(strides), tuple(pads), tuple(dil)
+
+
+def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str) -> np.ndarray:
+    geo = _conv_geometry(inputs, attrs, out)
+    if geo is None:
+        out[...] = reference(fn, inputs, attrs, ctx)[0]
+        return out
+    from . import convolution          # numba compiles its kernels on first use (cached)
+    x, w, y, strides, pads, dil = geo
+    target = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
+    run = {"conv": convolution.conv2d, "transpose": convolution.conv_transpose2d,
+           "weights": convolution.conv_weight_grad2d}[kind]
+    run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)))
+    if target is not y:
+        y[...] = target
+    b = inputs[2] if len(inputs) > 2 else None
+    if b is not None:
+        out += b.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return out
+
+
+def conv(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray) -> np.ndarray:
+    """ONNX Conv into ``out``: im2col + BLAS or a direct loop nest (``convolution.py``) on float32
+    1-D/2-D convs, the reference kernel ``fn`` otherwise."""
+    return _convolve(fn, inputs, attrs, ctx, out, "conv")
+
+
+def conv_transpose(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray) -> np.ndarray:
+    """ONNX ConvTranspose into ``out`` (its size fixes the output padding), like ``conv``."""
+    return _convolve(fn, inputs, attrs, ctx, out, "transpose")
+
+
+def conv_weight_grad(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray) -> np.ndarray:
+    """ai.dcstudio ConvWeightGrad (X, dY; the forward conv's attributes) into ``out``, in W's layout,
+    like ``conv``."""
+    return _convolve(fn, inputs, attrs, ctx, out, "weights")

@@ -17,7 +17,7 @@ from .elementwise import erf, gelu, sigmoid
 from .linalg import gather_windows, product_dtype, window_geometry
 from .nn import batch_norm_train, layer_norm
 from .loss import target_weights
-from .registry import MS_DOMAIN, Inputs, OpContext, kernel
+from .registry import MS_DOMAIN, STUDIO_DOMAIN, Inputs, OpContext, kernel
 
 MS = MS_DOMAIN
 
@@ -354,6 +354,16 @@ def conv_grad(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.
     dw = _conv_grad_w(dyd, x.astype(np.float64), w.shape, attrs)
     db = dyd.sum(axis=tuple(i for i in range(dy.ndim) if i != 1))
     return [_like(dx, x), _like(dw, w), _like(db, dy)]
+
+
+@kernel("ConvWeightGrad", domain=STUDIO_DOMAIN)
+def conv_weight_grad(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
+    """(X, dY; the forward Conv's kernel_shape, strides, pads, dilations, group) -> dW, in W's layout
+    (made by the ``conv_weight_grad`` transformation from autodiff's transposed-batch Conv)."""
+    x, dy = np.asarray(inputs[0]), np.asarray(inputs[1])
+    g = int(attrs.get("group", 1))
+    w_shape = (dy.shape[1], x.shape[1] // g) + tuple(attrs["kernel_shape"])
+    return [_like(_conv_grad_w(dy.astype(np.float64), x.astype(np.float64), w_shape, attrs), x)]
 
 
 @kernel("MaxPoolGrad")

@@ -3,7 +3,8 @@
 A backend renders each map as a kernel (``render(map, graph) -> KernelSource``; the program
 calls ``K.<name>(arrays…, extents…)``) and says what an exported package of it holds: the
 text of ``kernels/<name>.py`` and ``kernels/__init__.py``, and the library copied to
-``_lib.py`` (the ``L`` of the program text: allocation, views, BLAS, the reference fallback).
+``_lib.py`` (the ``L`` of the program text: allocation, views, BLAS, the reference fallback) with
+the modules it imports relatively (``library_parts``, copied under their own names).
 The program text itself is the same for every backend (``module``).
 
 The CPU backend is ``codegen.numba_cpu.backend.CPU``, the CUDA one
@@ -33,3 +34,4 @@ class Backend:
     kernels_init: Callable[[list[str]], str]             # text of kernels/__init__.py
     library: Path                                        # copied to _lib.py
     kernels_may_alias: bool = False                      # kernels stay right when an output aliases an input
+    library_parts: tuple[Path, ...] = ()                 # modules the library imports relatively, copied beside it

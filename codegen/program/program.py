@@ -5,14 +5,18 @@ kernel, in topological order, into a ``Statement``:
 
 - a map → its output buffers (``L.alloc``/``L.view``: empty, zeros or full of the wcr's
   identity) and one call of the kernel the backend renders, ``K.k_<sha>(arrays…, extents…)``
-  (``render``: the numba loop nest, or CUDA C);
+  (``render``: the numba loop nest, or CUDA C); an elementwise map over short rows is
+  rendered over one flat parameter on 1-d views of its arrays (``flatten``);
 - MatMul / Gemm / FusedMatMul / Einsum → one BLAS call into the output buffer; a fused
   contraction (``ai.dcstudio``: GEMM + epilogue map) → BLAS into an accumulator buffer, then
   its epilogue as a loop-nest kernel; a grouped GEMM → its members in order (``contractions``);
 - Identity, Reshape, Squeeze, Unsqueeze, Flatten, Expand → views (no copy);
 - Shape, Size → constants (shapes are static);
-- any other op → its NumPy reference kernel through ``L.reference`` (convolution,
-  pooling, losses, gathers, and ops other engineers add later: nothing breaks);
+- Conv / ConvTranspose / ai.dcstudio ConvWeightGrad → ``L.conv`` / ``L.conv_transpose`` /
+  ``L.conv_weight_grad`` into the output's buffer (the
+  backend's library picks its implementation, and is handed the reference kernel as a fallback);
+- any other op → its NumPy reference kernel through ``L.reference`` (pooling, losses,
+  gathers, and ops other engineers add later: nothing breaks);
 - a map the loop-nest printer refuses, or an op without a reference kernel, →
   ``EXTERN[k]`` (in-process only: the reference executor runs it; an export refuses
   the graph and says which node and why).
@@ -30,7 +34,7 @@ import numpy as np
 
 from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the reference table)
 from codegen.numpy_ref.registry import OpContext, canonical_domain, lookup
-from codegen.program import contractions
+from codegen.program import contractions, flatten
 from codegen.program.backend import Render
 from codegen.program.kernel import KernelSource, UnsupportedMap
 from codegen.program.namespace import Namespace, comment, literal
@@ -38,6 +42,7 @@ from codegen.program.prepare import lower_for_codegen
 from ir import dtypes
 from ir.containers import Container
 from ir.errors import StudioError
+from ir.fused_ops import overlay
 from ir.graph import Graph
 from ir.nodes import MapNode, OpNode
 
@@ -46,6 +51,8 @@ NP_TYPES = {"float32": "np.float32", "float64": "np.float64", "float16": "np.flo
             "uint16": "np.uint16", "uint32": "np.uint32", "uint64": "np.uint64", "bool": "np.bool_"}
 VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 METADATA_OPS = frozenset({"Shape", "Size"})
+CONV_CALLS = {("", "Conv"): "L.conv", ("", "ConvTranspose"): "L.conv_transpose",
+              ("ai.dcstudio", "ConvWeightGrad"): "L.conv_weight_grad"}
 RESERVED = ("W", "B", "R", "K", "L", "np", "os", "math", "EXTERN", "OpContext", "Model", "INPUTS", "OUTPUTS",
             "FORWARD_OUTPUTS", "UPDATES", "WORKERS", "SCHEDULE", "ARENA_BYTES", "SLOT_OF", "SHARED_BUFFERS",
             "T", "S", "P", "SKIP", "ERR")   # _step's and the profiler's _step_timed's parameters, module constants
@@ -190,12 +197,15 @@ def _map(prog: Program, m: MapNode, head: str) -> Statement:
             raise UnsupportedMap(f"'{c}' is a bfloat16 graph input, output or initializer, which NumPy cannot "
                                  "hold without ml_dtypes: convert the model's interface to float32 (mixed_precision "
                                  "then stores intermediates in bfloat16)")
-    ks = prog.make_kernel(m, prog.graph)
+    flat = flatten.plan(m, prog.graph)
+    ks = prog.make_kernel(flat.map, overlay(prog.graph, *flat.containers)) if flat else prog.make_kernel(m, prog.graph)
     prog.kernels.setdefault(ks.name, ks)
     for c in ks.outputs:
         prog.np_type(c)
     allocs = tuple(Alloc(c, ks.init[c].kind, ks.init[c].wcr) for c in ks.outputs)
-    args = [prog.kernel_arg(c) for c in ks.arrays] + [str(n) for n in ks.extents]
+    flat_names = {c.name for c in flat.containers} if flat else set()
+    args = [prog.kernel_arg(c) + (".reshape(-1)" if c in flat_names else "") for c in ks.arrays] + \
+        [str(n) for n in ks.extents]
     reads = tuple(c for c in ks.arrays if c not in ks.outputs)
     return Statement(m.id, m.label, "kernel", head, [f"K.{ks.name}({', '.join(args)})"], reads, ks.outputs,
                      allocs, ks.name, calls=((f"K.{ks.name}", ks.arrays),))
@@ -207,6 +217,9 @@ def _op(prog: Program, node: OpNode, head: str) -> Statement:
     fused = contractions.statement(prog, node, head)
     if fused is not None:
         return fused
+    conv = _convolution(prog, node, head, ins)
+    if conv is not None:
+        return conv
     kind, call = _special(prog, node, ins)
     if call is None:
         kind, call = "reference", _reference_call(prog, node, ins)
@@ -257,6 +270,11 @@ def _attrs(prog: Program, node: OpNode) -> str:
 
 
 def _reference_call(prog: Program, node: OpNode, ins: list[str]) -> str:
+    return f"L.reference({_reference_args(prog, node, ins)})"
+
+
+def _reference_args(prog: Program, node: OpNode, ins: list[str]) -> str:
+    """``_REF_k, (inputs…), {attrs}, _CTX_k``: a reference kernel, its inputs, attributes and context."""
     if lookup(node.domain, node.op_type) is None:
         raise UnsupportedMap(f"{node.qualified_type} has no NumPy reference kernel")
     k = len(prog.tables) // 2
@@ -273,7 +291,21 @@ def _reference_call(prog: Program, node: OpNode, ins: list[str]) -> str:
     prog.tables.append(f"_CTX_{k} = OpContext(opset={int(node.opset)}, n_outputs={len(node.outputs)}, "
                        f"output_shapes={literal(tuple(shapes))}, output_dtypes=({', '.join(dts)},), "
                        f"label={literal(node.id)}, extra={literal(extra)})")
-    return f"L.reference(_REF_{k}, ({', '.join(ins)},), {_attrs(prog, node)}, _CTX_{k})"
+    return f"_REF_{k}, ({', '.join(ins)},), {_attrs(prog, node)}, _CTX_{k}"
+
+
+def _convolution(prog: Program, node: OpNode, head: str, ins: list[str]) -> Statement | None:
+    """Conv / ConvTranspose: one library call into the output's planned buffer (the library runs
+    float32 1-D/2-D convolutions on BLAS or loop nests, and anything else on the reference kernel
+    it is given)."""
+    call = CONV_CALLS.get((canonical_domain(node.domain), node.op_type))
+    outs = _writes(node)
+    if call is None or len(outs) != 1:
+        return None
+    prog.np_type(outs[0])
+    line = f"{call}({_reference_args(prog, node, ins)}, out={prog.var(outs[0])})"
+    return Statement(node.id, node.qualified_type, "blas", head, [line], _reads(node), outs, (Alloc(outs[0]),),
+                     calls=((call, _reads(node) + outs),))
 
 
 def _extern(prog: Program, node, head: str, reason: str) -> Statement:

@@ -94,13 +94,14 @@ class TuneDialog(QDialog):
 
     # --- the search -------------------------------------------------------------------
     def start(self) -> None:
-        from studio.recipe import SUBSTATION
+        from studio.recipe import RECIPES, pick
         from studio.tune import LocalEvaluator, search
         session = self.window_.session
         if session is None:
             self.status.setText("Open a model first.")
             return
         ref, budget = SessionRef(session, self.scope), self.budget.value()
+        recipe = RECIPES[pick(session.graph)]
         objective, seed = self.objective.currentText(), self.seed.value()
 
         def work(token, progress):
@@ -109,7 +110,7 @@ class TuneDialog(QDialog):
                 progress(p.evaluated + p.reused, budget, f"{p.evaluated + p.reused} of {budget} sequences; best "
                          + (f"{best / 1e6:.2f} MB" if objective == "bytes" else f"{best * 1e3:.3f} ms (roofline)"))
             res = search(ref, evaluator=LocalEvaluator(), objective=objective, budget=budget, seed=seed,
-                         start=(SUBSTATION,), on_progress=seen, stop=lambda: token.cancelled)
+                         start=(recipe,), on_progress=seen, stop=lambda: token.cancelled)
             progress.partial(res)       # also when cancelled: the task then reports no result of its own
             return res
         self.table.setRowCount(0)

@@ -17,7 +17,8 @@ and where they went wrong before:
   batched MatMul on rank-3 views, Transpose, Reshape (flatten, split rows into a rank-3
   view, merge axes, size-1 dimensions), and ops on constants alone;
 - backward ops of the com.microsoft domain (TanhGrad, SigmoidGrad, ReluGrad,
-  SoftmaxGrad_13, LayerNormalizationGrad), weight gradients ``Xᵀ·dY``, bias gradients (a sum
+  SoftmaxGrad_13, LayerNormalizationGrad), weight gradients ``Xᵀ·dY`` (as a Gemm, or as a 1×1
+  conv's transposed-batch Conv between transposes, as autodiff writes it), bias gradients (a sum
   over rows), and updates written with standard ops (SGD, momentum) or as ``ai.dcstudio``
   AdamW/SGD/Lion ops;
 - shared operands (``x * x``), fan-out (an op's operand is the newest value half the time,
@@ -81,7 +82,9 @@ def _gradient(b: Builder, p: Value) -> str:
     same = [v for v in bwd if v.shape == p.shape]
     gemm = [(x, d) for x in b.pool if len(p.shape) == 2 and len(x.shape) == 2 and x.shape[1] == p.shape[0]
             for d in bwd if len(d.shape) == 2 and d.shape == (x.shape[0], p.shape[1])]
-    kinds = [k for k, ok in (("rows", rows), ("same", same), ("gemm", gemm), ("decay", True)) if ok]
+    conv = [(x, d) for x in b.pool if len(p.shape) == 2 and len(x.shape) == 2 and x.shape[1] == p.shape[1]
+            for d in bwd if len(d.shape) == 2 and d.shape == (x.shape[0], p.shape[0])]
+    kinds = [k for k, ok in (("rows", rows), ("same", same), ("gemm", gemm), ("conv", conv), ("decay", True)) if ok]
     kind = b.draw(st.sampled_from(kinds), label="gradient")
     if kind == "rows":
         d = b.pick(rows, "d")
@@ -95,11 +98,33 @@ def _gradient(b: Builder, p: Value) -> str:
         x, d = b.draw(st.sampled_from(gemm), label="gemm pair")
         b.emit("Gemm", [x.name, d.name], [b.value("Gemm", p.shape, x.mag * d.mag * x.shape[0], 0.0, "bwd",
                                                    name=name)], transA=1)
+    elif kind == "conv":
+        _conv_gradient(b, *b.draw(st.sampled_from(conv), label="conv pair"), p, name)
     else:
         d = b.pick(bwd, "d") if bwd else b.pick(b.pool, "d")
         s = b.emit("ReduceMean", [d.name], [b.value("ReduceMean", (), d.mag, 0.0, "bwd")], keepdims=0)[0]
         b.emit("Mul", [p.name, s.name], [b.value("Mul", p.shape, p.mag * s.mag, 0.0, "bwd", name=name)])
     return name
+
+
+def _conv_gradient(b: Builder, x: Value, d: Value, p: Value, name: str) -> None:
+    """``<p>_grad = Dᵀ·X`` written the way autodiff writes a 1×1 conv's weight gradient: X (r, c) and
+    D (r, a) as (1, c, r, 1) and (1, a, r, 1) images, their first two axes swapped, a Conv with D as
+    the (r, 1) kernel, its result (c, a, 1, 1) swapped back and reshaped to p's (a, c)."""
+    (r, c), a = x.shape, d.shape[1]
+    swap = [1, 0, 2, 3]
+    images = []
+    for v, ch in ((x, c), (d, a)):
+        t = b.emit("Transpose", [v.name], [b.value("Transpose", (ch, r), v.mag, 0.0, "bwd")], perm=[1, 0])[0]
+        img = b.emit("Reshape", [t.name, b.const(np.array([1, ch, r, 1], np.int64), "shape")],
+                     [b.value("Reshape", (1, ch, r, 1), v.mag, 0.0, "bwd")])[0]
+        images.append(b.emit("Transpose", [img.name], [b.value("Transpose", (ch, 1, r, 1), v.mag, 0.0, "bwd")],
+                             perm=swap)[0])
+    raw = b.emit("Conv", [images[0].name, images[1].name],
+                 [b.value("Conv", (c, a, 1, 1), x.mag * d.mag * r, 0.0, "bwd")], kernel_shape=[r, 1])[0]
+    back = b.emit("Transpose", [raw.name], [b.value("Transpose", (a, c, 1, 1), raw.mag, 0.0, "bwd")], perm=swap)[0]
+    b.emit("Reshape", [back.name, b.const(np.array([a, c], np.int64), "shape")],
+           [b.value("Reshape", p.shape, raw.mag, 0.0, "bwd", name=name)])
 
 
 def _update(b: Builder, p: Value, grad: str, lr: str, lr1: str, step: str) -> None:

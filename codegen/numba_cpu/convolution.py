@@ -1,0 +1,316 @@
+"""Convolutions of the CPU backend: ONNX Conv and ConvTranspose on float32, 1-D and 2-D.
+
+An exported package carries a verbatim copy of this file beside ``_lib.py`` (which imports it
+the first time a convolution runs), so it imports only NumPy and numba.
+
+Two strategies, picked per call from the shapes (``plan``):
+
+- **GEMM** (every group has enough channels for BLAS to pay): ``im2col`` copies the receptive
+  fields of a chunk of images into a scratch ``(C/G·kh·kw, images, Ho·Wo)`` buffer, one sgemm
+  per group multiplies the weights with it, and the product lands in the output (directly when
+  the chunk is one image, else through one transposing copy). A 1×1 stride-1 unpadded conv
+  skips the copy: its input already is the matrix. ConvTranspose is the mirror: the transposed
+  weights times the input give the columns, and ``col2im`` adds them into the output planes.
+  Chunks keep the scratch buffer near ``SCRATCH`` floats so that it stays in cache.
+- **Direct** loop nests (depthwise convs, and the weight-gradient convs autodiff writes for
+  them, where each group has one output channel): one output plane per iteration; the inner
+  loop runs along output columns, or along kernel columns when the kernel is wider than the
+  output (a weight gradient: the "kernel" is the output gradient, the "output" the 3×3 filter).
+
+Every kernel is serial (``nogil``): the step's schedule runs independent statements side by
+side, BLAS takes the threads inside a GEMM, and numba's thread pool would compete with both.
+The sums run in float32, as onnxruntime's do.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import njit
+
+SCRATCH = 1 << 21
+"""Floats of im2col/col2im scratch per chunk of images (8 MB)."""
+
+_LOCAL = threading.local()
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _lo(pad, off, step):
+    """First output index o >= 0 with o*step + off - pad >= 0."""
+    d = pad - off
+    if d <= 0:
+        return 0
+    return (d + step - 1) // step
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _hi(size, pad, off, step, count):
+    """One past the last o < count with o*step + off - pad < size."""
+    d = size - 1 + pad - off
+    if d < 0:
+        return 0
+    return min(count, d // step + 1)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def im2col(x, cols, n0, c0, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo):
+    """cols[(c·kh + i)·kw + j, n, oh·wo + ow] = x[n0 + n, c0 + c, oh·sh + i·dh - ph, ow·sw + j·dw - pw]
+    (0 outside the image)."""
+    h, w = x.shape[2], x.shape[3]
+    rows, nb = cols.shape[0], cols.shape[1]
+    for r in range(rows):
+        c = r // (kh * kw)
+        i = (r // kw) % kh
+        j = r % kw
+        lo, hi = _lo(pw, j * dw, sw), _hi(w, pw, j * dw, sw, wo)
+        for n in range(nb):
+            for oh in range(ho):
+                base = oh * wo
+                ih = oh * sh + i * dh - ph
+                if ih < 0 or ih >= h:
+                    for ow in range(wo):
+                        cols[r, n, base + ow] = 0.0
+                    continue
+                for ow in range(lo):
+                    cols[r, n, base + ow] = 0.0
+                for ow in range(lo, hi):
+                    cols[r, n, base + ow] = x[n0 + n, c0 + c, ih, ow * sw + j * dw - pw]
+                for ow in range(max(lo, hi), wo):
+                    cols[r, n, base + ow] = 0.0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def col2im(cols, y, n0, m0, mg, kh, kw, sh, sw, ph, pw, dh, dw, h, w):
+    """y[n0 + n, m0 + m] = sum over (i, j, ih, iw) of cols[(m·kh + i)·kw + j, n, ih·w + iw] placed at
+    (ih·sh + i·dh - ph, iw·sw + j·dw - pw); each plane is zeroed first."""
+    ho, wo = y.shape[2], y.shape[3]
+    nb = cols.shape[1]
+    for n in range(nb):
+        for m in range(mg):
+            plane = y[n0 + n, m0 + m]
+            plane[:, :] = 0.0
+            for i in range(kh):
+                for j in range(kw):
+                    r = (m * kh + i) * kw + j
+                    lo, hi = _lo(pw, j * dw, sw), _hi(wo, pw, j * dw, sw, w)
+                    for ih in range(h):
+                        oh = ih * sh + i * dh - ph
+                        if oh < 0 or oh >= ho:
+                            continue
+                        base = ih * w
+                        for iw in range(lo, hi):
+                            plane[oh, iw * sw + j * dw - pw] += cols[r, n, base + iw]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def direct_conv(x, w, y, cg, mg, sh, sw, ph, pw, dh, dw):
+    """Grouped Conv, one output plane at a time (``cg`` input and ``mg`` output channels per group)."""
+    n_img, m_all, ho, wo = y.shape
+    h, wi = x.shape[2], x.shape[3]
+    kh, kw = w.shape[2], w.shape[3]
+    wide = kw > wo
+    for t in range(n_img * m_all):
+        n, m = t // m_all, t % m_all
+        g = m // mg
+        if wide:                                   # kernel-inner: a weight gradient's big "kernel"
+            for oh in range(ho):
+                for ow in range(wo):
+                    acc = np.float32(0.0)
+                    jlo = _lo(pw, ow * sw, dw)
+                    jhi = _hi(wi, pw, ow * sw, dw, kw)
+                    for c in range(cg):
+                        ci = g * cg + c
+                        for i in range(kh):
+                            ih = oh * sh + i * dh - ph
+                            if ih < 0 or ih >= h:
+                                continue
+                            for j in range(jlo, jhi):
+                                acc += w[m, c, i, j] * x[n, ci, ih, ow * sw + j * dw - pw]
+                    y[n, m, oh, ow] = acc
+            continue
+        plane = y[n, m]
+        plane[:, :] = 0.0
+        for c in range(cg):
+            ci = g * cg + c
+            for i in range(kh):
+                for oh in range(ho):
+                    ih = oh * sh + i * dh - ph
+                    if ih < 0 or ih >= h:
+                        continue
+                    for j in range(kw):
+                        wv = w[m, c, i, j]
+                        lo, hi = _lo(pw, j * dw, sw), _hi(wi, pw, j * dw, sw, wo)
+                        for ow in range(lo, hi):
+                            plane[oh, ow] += wv * x[n, ci, ih, ow * sw + j * dw - pw]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def direct_conv_transpose(x, w, y, cg, mg, sh, sw, ph, pw, dh, dw):
+    """Grouped ConvTranspose, one output plane at a time: x (N, G·cg, H, W), w (G·cg, mg, kh, kw)."""
+    n_img, m_all, ho, wo = y.shape
+    h, wi = x.shape[2], x.shape[3]
+    kh, kw = w.shape[2], w.shape[3]
+    for t in range(n_img * m_all):
+        n, o = t // m_all, t % m_all
+        g, m = o // mg, o % mg
+        plane = y[n, o]
+        plane[:, :] = 0.0
+        for c in range(cg):
+            ci = g * cg + c
+            for i in range(kh):
+                for ih in range(h):
+                    oh = ih * sh + i * dh - ph
+                    if oh < 0 or oh >= ho:
+                        continue
+                    for j in range(kw):
+                        wv = w[ci, m, i, j]
+                        lo, hi = _lo(pw, j * dw, sw), _hi(wo, pw, j * dw, sw, wi)
+                        for iw in range(lo, hi):
+                            plane[oh, iw * sw + j * dw - pw] += wv * x[n, ci, ih, iw]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def direct_weight_grad(x, dy, dw, cg, mg, sh, sw, ph, pw, dh, dwl):
+    """dW[m, c, i, j] = sum over (n, oh, ow) of
+    dy[n, m, oh, ow]·x[n, g·cg + c, oh·sh + i·dh - ph, ow·sw + j·dwl - pw]."""
+    n_img, m_all, ho, wo = dy.shape
+    h, wi = x.shape[2], x.shape[3]
+    kh, kw = dw.shape[2], dw.shape[3]
+    for m in range(m_all):
+        g = m // mg
+        for c in range(cg):
+            ci = g * cg + c
+            for i in range(kh):
+                for j in range(kw):
+                    lo, hi = _lo(pw, j * dwl, sw), _hi(wi, pw, j * dwl, sw, wo)
+                    acc = np.float32(0.0)
+                    for n in range(n_img):
+                        for oh in range(ho):
+                            ih = oh * sh + i * dh - ph
+                            if ih < 0 or ih >= h:
+                                continue
+                            for ow in range(lo, hi):
+                                acc += dy[n, m, oh, ow] * x[n, ci, ih, ow * sw + j * dwl - pw]
+                    dw[m, c, i, j] = acc
+
+
+def _scratch(size: int) -> np.ndarray:
+    """A float32 buffer of at least ``size`` floats, kept per thread (statements run side by side)."""
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _LOCAL.buf = np.empty(max(size, SCRATCH), np.float32)
+    return buf[:size]
+
+
+def _scratch2(size: int, which: str = "buf2") -> np.ndarray:
+    """A second (third) per-thread buffer: the GEMM's product or operand while the first holds the columns."""
+    buf = getattr(_LOCAL, which, None)
+    if buf is None or buf.size < size:
+        buf = np.empty(max(size, SCRATCH), np.float32)
+        setattr(_LOCAL, which, buf)
+    return buf[:size]
+
+
+def _as(a: np.ndarray, shape: tuple) -> np.ndarray:
+    """``a`` reshaped without a copy (it is a BLAS call's ``out``: a copy would drop the result)."""
+    v = a.view()
+    v.shape = shape
+    return v
+
+
+def _chunk(n: int, per_image: int) -> int:
+    return max(1, min(n, SCRATCH // max(per_image, 1)))
+
+
+def gemm_pays(cg: int, mg: int, k: int) -> bool:
+    """Whether a group's contraction is big enough for BLAS (else the direct loop nest)."""
+    return mg >= 4 and cg * k >= 8
+
+
+def conv2d(x, w, y, strides, pads, dilations, group) -> None:
+    """ONNX Conv (no bias) of 4-d float32 ``x`` and ``w`` into ``y`` (N, M, Ho, Wo)."""
+    n, c, h, wi = x.shape
+    m, cg, kh, kw = w.shape
+    mg = m // group
+    (sh, sw), (ph, pw), (dh, dw) = strides, pads, dilations
+    ho, wo = y.shape[2], y.shape[3]
+    if not gemm_pays(cg, mg, kh * kw):
+        direct_conv(x, w, y, cg, mg, sh, sw, ph, pw, dh, dw)
+        return
+    hw, kk = ho * wo, cg * kh * kw
+    point = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (ho, wo) == (h, wi)
+    for g in range(group):
+        wg = w[g * mg:(g + 1) * mg].reshape(mg, kk)
+        if point and hw >= 256:
+            np.matmul(wg, x[:, g * cg:(g + 1) * cg].reshape(n, cg, hw), out=_as(y[:, g * mg:(g + 1) * mg], (n, mg, hw)))
+            continue
+        nb = _chunk(n, kk * hw)
+        for n0 in range(0, n, nb):
+            b = min(nb, n - n0)
+            cols = _scratch(kk * b * hw).reshape(kk, b, hw)
+            im2col(x, cols, n0, g * cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo)
+            if b == 1:
+                np.matmul(wg, cols.reshape(kk, hw), out=_as(y[n0, g * mg:(g + 1) * mg], (mg, hw)))
+                continue
+            prod = _scratch2(mg * b * hw).reshape(mg, b, hw)
+            np.matmul(wg, cols.reshape(kk, b * hw), out=_as(prod, (mg, b * hw)))
+            np.copyto(_as(y[n0:n0 + b, g * mg:(g + 1) * mg], (b, mg, hw)), prod.transpose(1, 0, 2))
+
+
+def conv_transpose2d(x, w, y, strides, pads, dilations, group) -> None:
+    """ONNX ConvTranspose (no bias; output size given by ``y``) of 4-d float32 arrays."""
+    n, c, h, wi = x.shape
+    cg = c // group
+    _, mg, kh, kw = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = strides, pads, dilations
+    ho, wo = y.shape[2], y.shape[3]
+    if not gemm_pays(cg, mg, kh * kw):
+        direct_conv_transpose(x, w, y, cg, mg, sh, sw, ph, pw, dh, dw)
+        return
+    hw, kk = h * wi, mg * kh * kw
+    point = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (ho, wo) == (h, wi)
+    for g in range(group):
+        wt = w[g * cg:(g + 1) * cg].reshape(cg, kk).T
+        xg = x[:, g * cg:(g + 1) * cg].reshape(n, cg, hw)
+        if point and hw >= 256:
+            np.matmul(wt, xg, out=_as(y[:, g * mg:(g + 1) * mg], (n, mg, hw)))
+            continue
+        nb = 1 if hw >= 256 else _chunk(n, max(kk, cg) * hw)
+        for n0 in range(0, n, nb):
+            b = min(nb, n - n0)
+            cols = _scratch(kk * b * hw).reshape(kk, b, hw)
+            if b == 1:
+                np.matmul(wt, xg[n0], out=_as(cols, (kk, hw)))
+            else:
+                xs = _scratch2(cg * b * hw).reshape(cg, b, hw)
+                np.copyto(xs, xg[n0:n0 + b].transpose(1, 0, 2))
+                np.matmul(wt, xs.reshape(cg, b * hw), out=_as(cols, (kk, b * hw)))
+            col2im(cols, y, n0, g * mg, mg, kh, kw, sh, sw, ph, pw, dh, dw, h, wi)
+
+
+def conv_weight_grad2d(x, dy, dw, strides, pads, dilations, group) -> None:
+    """The weight gradient of ONNX Conv (no bias) into ``dw`` (M, C/G, kh, kw), in W's own layout:
+    per group, the output gradient (Mg, images·Ho·Wo) times the im2col columns of ``x`` transposed,
+    summed over chunks of images."""
+    n = x.shape[0]
+    m, cg, kh, kw = dw.shape
+    mg = m // group
+    (sh, sw), (ph, pw), (dh, dwl) = strides, pads, dilations
+    ho, wo = dy.shape[2], dy.shape[3]
+    if not gemm_pays(cg, mg, kh * kw):
+        direct_weight_grad(x, dy, dw, cg, mg, sh, sw, ph, pw, dh, dwl)
+        return
+    hw, kk = ho * wo, cg * kh * kw
+    nb = _chunk(n, max(kk, mg) * hw)
+    for g in range(group):
+        dwg = _as(dw[g * mg:(g + 1) * mg], (mg, kk))
+        for n0 in range(0, n, nb):
+            b = min(nb, n - n0)
+            cols = _scratch(kk * b * hw).reshape(kk, b, hw)
+            im2col(x, cols, n0, g * cg, kh, kw, sh, sw, ph, pw, dh, dwl, ho, wo)
+            dyg = _scratch2(mg * b * hw).reshape(mg, b, hw)
+            np.copyto(dyg, dy[n0:n0 + b, g * mg:(g + 1) * mg].reshape(b, mg, hw).transpose(1, 0, 2))
+            target = dwg if n0 == 0 else _scratch2(mg * kk, "buf3").reshape(mg, kk)
+            np.matmul(dyg.reshape(mg, b * hw), cols.reshape(kk, b * hw).T, out=target)
+            if target is not dwg:
+                dwg += target

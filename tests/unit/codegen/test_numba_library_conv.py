@@ -1,0 +1,173 @@
+"""The CPU backend's convolutions (``codegen/numba_cpu/library.py`` ``conv``/``conv_transpose``, kernels in
+``convolution.py``): im2col + BLAS and the direct loop nests against the float64 reference kernels, for the
+geometries training graphs hold (forward convs, the ConvTranspose of an input gradient, the transposed-
+batch convs of weight gradients, depthwise, grouped, strided, dilated, padded, 1-D) and the fallback
+to the reference for what they do not run (3-D, float64, ``auto_pad``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+
+from codegen.numba_cpu import convolution, library as L  # noqa: E402
+from codegen.numpy_ref.linalg import conv as ref_conv, conv_transpose as ref_conv_transpose  # noqa: E402
+from codegen.numpy_ref.registry import OpContext  # noqa: E402
+from codegen.numpy_ref.training import conv_weight_grad as ref_weight_grad  # noqa: E402
+
+CTX = OpContext(opset=17)
+
+# (x shape, w shape, attrs): Conv
+CONVS = {
+    "resnet stem 7x7/2": ((2, 3, 20, 20), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    "3x3 same": ((2, 8, 9, 9), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3/2 odd size": ((3, 8, 9, 7), (6, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "1x1 point, big plane": ((2, 8, 16, 16), (12, 8, 1, 1), {}),
+    "1x1 point, small plane": ((4, 8, 3, 3), (12, 8, 1, 1), {}),
+    "1x1/2 downsample": ((2, 8, 8, 8), (16, 8, 1, 1), {"strides": [2, 2]}),
+    "depthwise 3x3": ((2, 8, 10, 10), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
+    "depthwise 5x5/2": ((2, 6, 11, 11), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
+    "grouped, gemm per group": ((2, 16, 7, 7), (32, 4, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    "dilated, asymmetric pads": ((2, 4, 12, 12), (8, 4, 3, 3), {"dilations": [2, 2], "pads": [2, 1, 0, 3]}),
+    # the weight gradient of "3x3/2 odd size" as autodiff writes it: batch and channels swapped,
+    # the output gradient as the kernel, strides and dilations swapped
+    "weight gradient of a 3x3/2 conv": ((8, 3, 9, 7), (6, 3, 5, 4), {"dilations": [2, 2], "pads": [1, 1, 1, 1]}),
+    "weight gradient of a depthwise conv": ((1, 2 * 6, 11, 11), (6, 2, 6, 6),
+                                            {"group": 6, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    "1-D": ((2, 4, 17), (6, 4, 3), {"strides": [2], "pads": [1, 1]}),
+}
+
+# ConvTranspose: the input gradients of some of the convs above
+CONV_TRANSPOSES = {
+    "dx of 3x3 same": ((2, 16, 9, 9), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "dx of 3x3/2 odd size": ((3, 6, 5, 4), (6, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                                          "output_padding": [0, 0]}),
+    "dx of 7x7/2 stem": ((2, 8, 10, 10), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3],
+                                                        "output_padding": [1, 1]}),
+    "dx of 1x1 point, big plane": ((2, 12, 16, 16), (12, 8, 1, 1), {}),
+    "dx of 1x1 point, small plane": ((4, 12, 3, 3), (12, 8, 1, 1), {}),
+    "dx of 1x1/2 downsample": ((2, 16, 4, 4), (16, 8, 1, 1), {"strides": [2, 2], "output_padding": [1, 1]}),
+    "dx of depthwise 5x5/2": ((2, 6, 6, 6), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
+    "dx of grouped conv": ((2, 32, 7, 7), (32, 4, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    "dx of dilated conv": ((2, 8, 8, 10), (8, 4, 3, 3), {"dilations": [2, 2], "pads": [2, 1, 0, 3]}),
+    "1-D": ((2, 6, 9), (6, 4, 3), {"strides": [2], "pads": [1, 1], "output_padding": [0]}),
+}
+
+
+def _arrays(sx, sw, bias, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(sx).astype(np.float32)
+    w = rng.standard_normal(sw).astype(np.float32)
+    return x, w, (rng.standard_normal(bias).astype(np.float32) if bias else None)
+
+
+def _check(got, want, terms):
+    """float32 sums of ``terms`` products of unit normals against the float64 truth: a few ulps times √terms."""
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=8 * np.finfo(np.float32).eps * np.sqrt(terms) * 4)
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+@pytest.mark.parametrize("bias", [False, True], ids=["", "bias"])
+def test_conv_equals_the_reference(name, bias):
+    sx, sw, attrs = CONVS[name]
+    x, w, b = _arrays(sx, sw, sw[0] if bias else 0)
+    inputs = (x, w, b) if bias else (x, w)
+    want = ref_conv([a.astype(np.float64) for a in inputs], attrs, CTX)[0]
+    out = np.full(want.shape, np.nan, np.float32)
+    assert L.conv(ref_conv, inputs, attrs, CTX, out=out) is out
+    _check(out, want, int(np.prod(sw[1:])))
+
+
+@pytest.mark.parametrize("name", list(CONV_TRANSPOSES))
+def test_conv_transpose_equals_the_reference(name):
+    sx, sw, attrs = CONV_TRANSPOSES[name]
+    x, w, b = _arrays(sx, sw, sw[1] * attrs.get("group", 1))
+    want = ref_conv_transpose([x.astype(np.float64), w.astype(np.float64), b.astype(np.float64)], attrs, CTX)[0]
+    out = np.full(want.shape, np.nan, np.float32)
+    assert L.conv_transpose(ref_conv_transpose, (x, w, b), attrs, CTX, out=out) is out
+    _check(out, want, sw[0] // attrs.get("group", 1) * int(np.prod(sw[2:])))
+
+
+@pytest.mark.parametrize("name", [n for n in CONVS if not n.startswith("weight gradient")])
+def test_conv_weight_grad_equals_the_reference(name):
+    """ai.dcstudio ConvWeightGrad (X, dY) of every forward conv above, in W's layout."""
+    sx, sw, attrs = CONVS[name]
+    x, w, _ = _arrays(sx, sw, 0)
+    dy = np.random.default_rng(2).standard_normal(ref_conv([x, w], attrs, CTX)[0].shape).astype(np.float32)
+    full = {**attrs, "kernel_shape": list(sw[2:])}
+    want = ref_weight_grad([x.astype(np.float64), dy.astype(np.float64)], full, CTX)[0]
+    assert want.shape == sw
+    out = np.full(sw, np.nan, np.float32)
+    assert L.conv_weight_grad(ref_weight_grad, (x, dy), full, CTX, out=out) is out
+    _check(out, want, sx[0] * int(np.prod(dy.shape[2:])))
+
+
+def test_weight_grad_chunks_sum_over_images(monkeypatch):
+    """Images in several chunks: each chunk's product is added to the first's."""
+    sx, sw, attrs = CONVS["3x3/2 odd size"]
+    x, w, _ = _arrays(sx, sw, 0)
+    dy = np.random.default_rng(2).standard_normal((3, 6, 5, 4)).astype(np.float32)
+    full = {**attrs, "kernel_shape": [3, 3]}
+    want = ref_weight_grad([x.astype(np.float64), dy.astype(np.float64)], full, CTX)[0]
+    monkeypatch.setattr(convolution, "SCRATCH", 72 * 20)
+    for which in ("buf", "buf2", "buf3"):
+        monkeypatch.setattr(convolution._LOCAL, which, None, raising=False)
+    assert convolution._chunk(3, 72 * 20) == 1
+    out = np.full(sw, np.nan, np.float32)
+    L.conv_weight_grad(ref_weight_grad, (x, dy), full, CTX, out=out)
+    _check(out, want, 3 * 20)
+
+
+def test_both_strategies_run():
+    """The cases above reach the GEMM path and the direct loop nests (the choice is by shape)."""
+    gemm = [n for n, (sx, sw, a) in CONVS.items() if convolution.gemm_pays(sw[1], sw[0] // a.get("group", 1),
+                                                                           int(np.prod(sw[2:])))]
+    assert "3x3 same" in gemm and "depthwise 3x3" not in gemm and "weight gradient of a depthwise conv" not in gemm
+
+
+def test_chunks_of_images_give_the_same_result(monkeypatch):
+    """A scratch buffer too small for the batch: the images go through im2col/col2im in chunks."""
+    sx, sw, attrs = CONVS["3x3/2 odd size"]
+    x, w, _ = _arrays(sx, sw, 0)
+    want = ref_conv([x.astype(np.float64), w.astype(np.float64)], attrs, CTX)[0]
+    monkeypatch.setattr(convolution, "SCRATCH", 8 * 9 * 20 * 2 - 1)       # one image per chunk, then two
+    monkeypatch.setattr(convolution._LOCAL, "buf", None, raising=False)
+    monkeypatch.setattr(convolution._LOCAL, "buf2", None, raising=False)
+    assert convolution._chunk(3, 8 * 9 * 20) == 1
+    chunked = np.full(want.shape, np.nan, np.float32)
+    L.conv(ref_conv, (x, w), attrs, CTX, out=chunked)
+    _check(chunked, want, 72)
+    monkeypatch.setattr(convolution, "SCRATCH", 8 * 9 * 20 * 2)
+    assert convolution._chunk(3, 8 * 9 * 20) == 2
+    chunked[...] = np.nan
+    L.conv(ref_conv, (x, w), attrs, CTX, out=chunked)
+    _check(chunked, want, 72)
+
+
+def test_a_strided_output_is_written_in_place():
+    """``out`` a non-contiguous view (a planned buffer is contiguous, but a caller's may not be)."""
+    sx, sw, attrs = CONVS["3x3 same"]
+    x, w, _ = _arrays(sx, sw, 0)
+    want = ref_conv([x.astype(np.float64), w.astype(np.float64)], attrs, CTX)[0]
+    big = np.zeros((2, 32, 9, 9), np.float32)
+    out = big[:, ::2]
+    L.conv(ref_conv, (x, w), attrs, CTX, out=out)
+    _check(big[:, ::2], want, 72)
+    assert not big[:, 1::2].any()
+
+
+@pytest.mark.parametrize("case", ["3-D", "float64", "auto_pad"])
+def test_what_the_kernels_do_not_run_falls_back_to_the_reference(case):
+    rng = np.random.default_rng(1)
+    if case == "3-D":
+        x, w, attrs = rng.standard_normal((1, 2, 4, 4, 4)), rng.standard_normal((3, 2, 2, 2, 2)), {}
+    else:
+        x, w = rng.standard_normal((1, 2, 5, 5)), rng.standard_normal((3, 2, 3, 3))
+        attrs = {"auto_pad": "SAME_UPPER"} if case == "auto_pad" else {}
+    dtype = np.float64 if case == "float64" else np.float32
+    x, w = x.astype(dtype), w.astype(dtype)
+    want = ref_conv([x, w], attrs, CTX)[0]
+    out = np.empty(want.shape, dtype)
+    L.conv(ref_conv, (x, w), attrs, CTX, out=out)
+    np.testing.assert_array_equal(out, want)

@@ -1,0 +1,156 @@
+"""``conv_weight_grad`` (level 1): a convolution's weight gradient as one op, in the weights' layout.
+
+Standard ONNX has no weight-gradient op, so a training graph (dcstudio's autodiff, the torch
+exporters' traced backward) writes ``dW`` of ``Y = Conv(X, W)`` as a convolution over the batch:
+both operands transposed to put the channels first, a Conv with strides and dilations swapped, an
+optional Slice to the kernel size, and a transpose back. The copies of ``X`` and ``dY`` cost their
+bytes twice, and the result comes out channel-major, so whatever reads it (the optimizer update)
+reads it transposed: on 4-d weights with 3×3 or 1×1 kernels that read runs at a fraction of the
+bandwidth. This rewrites the chain into ``ai.dcstudio::ConvWeightGrad(X, dY)`` carrying the forward
+conv's geometry, which reads ``X`` and ``dY`` once and writes ``dW`` as the weights lie (the CPU
+backend: im2col + one GEMM per group, ``codegen/numba_cpu/convolution.py``).
+
+Before → after (a 3×3 conv with stride 2; ``group=1``)::
+
+    %tx = Transpose(x) {perm=[1, 0, 2, 3]} -> (xt)          %tdy = Transpose(dy) {perm=[1, 0, 2, 3]} -> (dyt)
+    %cv = Conv(xt, dyt) {strides=[1, 1], dilations=[2, 2], pads=[1, 1, 1, 1]} -> (raw)
+    %sl = Slice(raw, [0, 0], [3, 3], [2, 3]) -> (cut)        %tw = Transpose(cut) {perm=[1, 0, 2, 3]} -> (dW)
+    →
+    %conv_weight_grad:cv = ai.dcstudio::ConvWeightGrad(x, dy)
+        {kernel_shape=[3, 3], strides=[2, 2], dilations=[1, 1], pads=[1, 1, 1, 1], group=1} -> (dW)
+
+The transposes of ``X`` and ``dY`` are removed only when nothing else reads their results. Grouped
+convolutions (whose batch transposition goes through reshapes) are left alone: a depthwise
+weight's gradient has one channel per group, so its layout is already the weights'.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Iterator
+
+import numpy as np
+
+from ir.graph import Graph
+from ir.memlet import Memlet
+from ir.nodes import OpNode
+from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
+from transforms.fusion import drop_dead, swap_kernels
+from transforms.layouts import transpose_of
+from transforms.registry import register
+
+OP = "ConvWeightGrad"
+DOMAIN = "ai.dcstudio"
+
+
+@dataclass(frozen=True)
+class Chain:
+    conv: OpNode
+    x: str                     # the forward input X (before its transpose)
+    dy: str                    # the output gradient dY (before its transpose)
+    dw: str                    # the gradient in W's layout (the final transpose's output)
+    inner: tuple[str, ...]     # the Slice (if any) and the final transpose
+    removable: tuple[str, ...]  # the operand transposes nothing else reads
+    attrs: dict
+
+
+def _swap(graph: Graph, node, rank: int) -> bool:
+    t = transpose_of(graph, node) if node is not None else None
+    return t is not None and tuple(t.perm) == (1, 0) + tuple(range(2, rank))
+
+
+def _leading_crop(graph: Graph, node) -> bool:
+    """A Slice with constant starts 0 and steps 1 (it cuts the ends only)."""
+    if not isinstance(node, OpNode) or node.domain or node.op_type != "Slice" or len(node.inputs) < 3:
+        return False
+    consts = [graph.values.get(m.container) if m is not None else None for m in node.inputs[1:]]
+    starts = consts[0]
+    steps = consts[3] if len(consts) > 3 else None
+    if starts is None or any(m is not None and c is None for m, c in zip(node.inputs[1:], consts)):
+        return False
+    return not np.asarray(starts).any() and (steps is None or bool((np.asarray(steps) == 1).all()))
+
+
+def chain(graph: Graph, conv) -> Chain | str:
+    """The weight-gradient chain around ``conv``, or why it is not one (naming the nodes)."""
+    if not isinstance(conv, OpNode) or conv.domain or conv.op_type != "Conv":
+        return f"'{conv.id}' is not a Conv"
+    if len(conv.inputs) > 2 and conv.inputs[2] is not None:
+        return f"Conv '{conv.id}' has a bias: it is not a weight gradient"
+    if int(conv.attrs.get("group", 1)) != 1:
+        return f"Conv '{conv.id}' is grouped (group={conv.attrs['group']}): its weight gradient is left as it is"
+    if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return f"Conv '{conv.id}' uses auto_pad; only explicit pads are rewritten"
+    xt, dyt = conv.inputs[0].container, conv.inputs[1].container
+    rank = len(graph.container(xt).shape)
+    px, pdy = graph.producer(xt), graph.producer(dyt)
+    if not _swap(graph, px, rank):
+        return f"'{xt}', the input of Conv '{conv.id}', is not a transpose of a tensor's first two axes"
+    if not _swap(graph, pdy, rank):
+        return f"'{dyt}', the kernel of Conv '{conv.id}', is not a transpose of a tensor's first two axes"
+    raw = conv.outputs[0].container
+    readers = graph.consumers(raw)
+    if len(readers) != 1 or raw in graph.outputs:
+        return f"'{raw}' (Conv '{conv.id}') must be read by one node, a transpose or a cropping Slice"
+    inner = [readers[0]]
+    if _leading_crop(graph, inner[0]):
+        cut = inner[0].outputs[0].container
+        after = graph.consumers(cut)
+        if len(after) != 1 or cut in graph.outputs:
+            return f"'{cut}' (Slice '{inner[0].id}') must be read by one transpose"
+        inner.append(after[0])
+    if not _swap(graph, inner[-1], rank):
+        return f"'{inner[-1].id}' does not transpose the first two axes of Conv '{conv.id}''s result back"
+    t_x, t_dy = transpose_of(graph, px), transpose_of(graph, pdy)
+    dw = transpose_of(graph, inner[-1]).target
+    nd = rank - 2
+    attrs = {"kernel_shape": list(graph.container(dw).concrete_shape(graph.bindings)[2:]),
+             "strides": list(conv.attrs.get("dilations") or [1] * nd),
+             "dilations": list(conv.attrs.get("strides") or [1] * nd),
+             "pads": list(conv.attrs.get("pads") or [0] * (2 * nd)), "group": 1}
+    removable = tuple(p.id for p, t in ((px, xt), (pdy, dyt))
+                      if len(graph.consumers(t)) == 1 and t not in graph.outputs)
+    return Chain(conv, t_x.source, t_dy.source, dw, tuple(n.id for n in inner), removable, attrs)
+
+
+@register
+@dataclass(frozen=True)
+class ConvWeightGrad(Transformation):
+    name: ClassVar[str] = "conv_weight_grad"
+    level: ClassVar[int] = 1
+
+    def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
+        for node in scope(graph, within):
+            if isinstance(node, OpNode) and node.op_type == "Conv" and not node.domain \
+                    and isinstance(chain(graph, node), Chain):
+                yield self.match(node.id, label=f"weight gradient '{node.id}' as one op in W's layout")
+
+    def _chain(self, graph: Graph, match: Match) -> Chain | MatchResult:
+        if len(match.anchors) != 1:
+            return fail(f"{self.name} needs one anchor (the weight-gradient Conv)")
+        conv = graph.nodes.get(match.anchors[0])
+        if conv is None:
+            return fail(f"no node '{match.anchors[0]}'", match.anchors[0])
+        found = chain(graph, conv)
+        return fail(found, conv.id) if isinstance(found, str) else found
+
+    def check(self, graph: Graph, match: Match) -> MatchResult:
+        found = self._chain(graph, match)
+        return found if isinstance(found, MatchResult) else OK
+
+    def affected(self, graph: Graph, match: Match) -> tuple[str, ...]:
+        found = self._chain(graph, match)
+        if isinstance(found, MatchResult):
+            return match.anchors
+        return (found.conv.id,) + found.inner + found.removable
+
+    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
+        c = self._chain(graph, match)
+        assert isinstance(c, Chain), c
+        node = OpNode(f"conv_weight_grad:{c.conv.id}", OP, [Memlet(c.x), Memlet(c.dy)], [Memlet(c.dw)],
+                      domain=DOMAIN, attrs=c.attrs, opset=c.conv.opset)
+        old = (c.conv.id,) + c.inner + c.removable
+        dead = [n for ident in old for n in graph.nodes[ident].input_names() + graph.nodes[ident].output_names()
+                if n is not None and n != c.dw]
+        swap_kernels(graph, old, node, (self.name, step))
+        drop_dead(graph, dead)
+        return Touched(created=(node.id,), removed=old)
