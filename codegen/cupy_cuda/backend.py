@@ -75,4 +75,4 @@ def kernels_init(names: list[str]) -> str:
 
 
 CUDA = Backend("cuda", "CuPy", lambda parallel=False: kernel_source, kernel_module, kernels_init,
-               Path(__file__).with_name("library.py"))
+               Path(__file__).with_name("library.py"), library_parts=(Path(__file__).with_name("convolution.py"),))

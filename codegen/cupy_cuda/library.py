@@ -16,6 +16,8 @@ package carries a verbatim copy (``_lib.py``): it imports only CuPy, NumPy and t
   does not fit;
 - ``widen_bf16``: bfloat16 tensors (uint16 bits on the device) as float32 operands;
 - ``alloc``/``view``: device buffers (planned buffers reused across steps);
+- ``conv``, ``conv_transpose``, ``conv_weight_grad``: float32 1-D/2-D convolutions on the device
+  (``convolution.py``: im2col/col2im kernels and cuBLAS, direct kernels for depthwise ones);
 - ``reference``: an op without a kernel runs on the host in its NumPy reference kernel
   (inputs copied down, outputs copied back up) — correct, not fast;
 - ``asarray``: inputs and weights onto the device; ``broadcast_to`` materializes (the
@@ -452,19 +454,55 @@ def reference(fn, inputs, attrs, ctx):
     return [asarray(v) for v in fn(host, {k: to_host(v) for k, v in attrs.items()}, ctx)]
 
 
-def conv(fn, inputs, attrs, ctx, out):
-    """ONNX Conv into ``out``: for now on the host, in the reference kernel ``fn`` (no device kernel yet)."""
-    out[...] = reference(fn, inputs, attrs, ctx)[0]
+
+def _convolve(fn, inputs, attrs, ctx, out, kind):
+    """A float32 1-D/2-D convolution on the device (``convolution.py``), the host reference otherwise."""
+    x, w = inputs[0], inputs[1]
+    nd = x.ndim - 2
+    if nd not in (1, 2) or any(a.dtype != cp.float32 for a in (x, w, out)) or "output_shape" in attrs \
+            or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "", "VALID"):
+        out[...] = reference(fn, inputs, attrs, ctx)[0]
+        return out
+    from . import convolution
+    strides = tuple(attrs.get("strides") or [1] * nd)
+    dil = tuple(attrs.get("dilations") or [1] * nd)
+    pads = tuple(attrs.get("pads") or [0] * (2 * nd))[:nd]
+    x, w = _contiguous(x), _contiguous(w)
+    y = out if out.flags.c_contiguous else cp.empty(out.shape, out.dtype)
+    y4 = y
+    if nd == 1:
+        x, w, y4 = x[:, :, None, :], w[:, :, None, :], y[:, :, None, :]
+        strides, pads, dil = (1,) + strides, (0,) + pads, (1,) + dil
+    run = {"conv": convolution.conv2d, "transpose": convolution.conv_transpose2d,
+           "weights": convolution.conv_weight_grad2d}[kind]
+    run(x, w, y4, strides, pads, dil, int(attrs.get("group", 1)), matmul)
+    if y is not out:
+        out[...] = y
+    if len(inputs) > 2 and inputs[2] is not None:
+        out += inputs[2].reshape((1, -1) + (1,) * nd)
     return out
+
+
+def conv(fn, inputs, attrs, ctx, out):
+    """ONNX Conv into ``out``: im2col + cuBLAS or a direct kernel on float32 1-D/2-D convs
+    (``convolution.py``), the reference kernel ``fn`` on the host otherwise."""
+    return _convolve(fn, inputs, attrs, ctx, out, "conv")
 
 
 def conv_transpose(fn, inputs, attrs, ctx, out):
-    """ONNX ConvTranspose into ``out``, on the host like ``conv``."""
-    out[...] = reference(fn, inputs, attrs, ctx)[0]
-    return out
+    """ONNX ConvTranspose into ``out`` (its size fixes the output padding), like ``conv``."""
+    return _convolve(fn, inputs, attrs, ctx, out, "transpose")
 
 
 def conv_weight_grad(fn, inputs, attrs, ctx, out):
-    """ai.dcstudio ConvWeightGrad into ``out``, on the host like ``conv``."""
-    out[...] = reference(fn, inputs, attrs, ctx)[0]
+    """ai.dcstudio ConvWeightGrad (X, dY) into ``out``, in W's layout, like ``conv``."""
+    return _convolve(fn, inputs, attrs, ctx, out, "weights")
+
+
+def max_pool(fn, inputs, attrs, ctx, out, indices=None):
+    """ONNX MaxPool into ``out`` (and ``indices``): on the host, in the reference kernel ``fn``."""
+    got = reference(fn, inputs, attrs, ctx)
+    out[...] = got[0]
+    if indices is not None:
+        indices[...] = got[1]
     return out

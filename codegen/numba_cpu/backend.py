@@ -51,7 +51,8 @@ def renderer(parallel: bool = False, fast: bool = True) -> Render:
 
 
 CPU = Backend("cpu", "NumPy + numba", renderer, kernel_module, kernels_init, Path(library.__file__),
-              kernels_may_alias=True, library_parts=(Path(library.__file__).with_name("convolution.py"),))
+              kernels_may_alias=True, library_parts=tuple(Path(library.__file__).with_name(f"{part}.py")
+                                                          for part in ("convolution", "pooling")))
 
 
 def program(graph: Graph, *, parallel: bool = False, fast: bool = True, lowered: bool = False) -> Program:

@@ -19,7 +19,8 @@ Two strategies, picked per call from the shapes (``plan``):
 
 Every kernel is serial (``nogil``): the step's schedule runs independent statements side by
 side, BLAS takes the threads inside a GEMM, and numba's thread pool would compete with both.
-The sums run in float32, as onnxruntime's do.
+The forward conv's GEMMs sum in float64 (``conv2d``: its results decide ReLU masks); the
+backward's (ConvTranspose, the weight gradient) in float32, as onnxruntime's do.
 """
 from __future__ import annotations
 
@@ -194,20 +195,14 @@ def direct_weight_grad(x, dy, dw, cg, mg, sh, sw, ph, pw, dh, dwl):
                     dw[m, c, i, j] = acc
 
 
-def _scratch(size: int) -> np.ndarray:
-    """A float32 buffer of at least ``size`` floats, kept per thread (statements run side by side)."""
-    buf = getattr(_LOCAL, "buf", None)
+def _scratch(size: int, which: str = "buf", dtype=np.float32) -> np.ndarray:
+    """A per-thread buffer of at least ``size`` elements (statements run side by side): ``buf`` holds
+    the columns, ``buf2``/``buf3`` a GEMM's product or operand meanwhile."""
+    key = f"{which}_{np.dtype(dtype).name}"
+    buf = getattr(_LOCAL, key, None)
     if buf is None or buf.size < size:
-        buf = _LOCAL.buf = np.empty(max(size, SCRATCH), np.float32)
-    return buf[:size]
-
-
-def _scratch2(size: int, which: str = "buf2") -> np.ndarray:
-    """A second (third) per-thread buffer: the GEMM's product or operand while the first holds the columns."""
-    buf = getattr(_LOCAL, which, None)
-    if buf is None or buf.size < size:
-        buf = np.empty(max(size, SCRATCH), np.float32)
-        setattr(_LOCAL, which, buf)
+        buf = np.empty(max(size, SCRATCH), dtype)
+        setattr(_LOCAL, key, buf)
     return buf[:size]
 
 
@@ -227,8 +222,12 @@ def gemm_pays(cg: int, mg: int, k: int) -> bool:
     return mg >= 4 and cg * k >= 8
 
 
-def conv2d(x, w, y, strides, pads, dilations, group) -> None:
-    """ONNX Conv (no bias) of 4-d float32 ``x`` and ``w`` into ``y`` (N, M, Ho, Wo)."""
+def conv2d(x, w, y, strides, pads, dilations, group, wide: bool = True) -> None:
+    """ONNX Conv (no bias) of 4-d float32 ``x`` and ``w`` into ``y`` (N, M, Ho, Wo). ``wide``: the GEMMs
+    run in float64 on float64 columns and the result is rounded once, as the reference does: a conv's
+    output feeds ReLU masks and max-pool choices, and fp32 sums over C·kh·kw terms (~1e-6 relative)
+    flip such a choice about once per ResNet-18 step at batch 8, which changes every gradient
+    upstream of it; onnxruntime's fp32 convs err as much, so a check against it fails by chance."""
     n, c, h, wi = x.shape
     m, cg, kh, kw = w.shape
     mg = m // group
@@ -238,23 +237,24 @@ def conv2d(x, w, y, strides, pads, dilations, group) -> None:
         direct_conv(x, w, y, cg, mg, sh, sw, ph, pw, dh, dw)
         return
     hw, kk = ho * wo, cg * kh * kw
-    point = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (ho, wo) == (h, wi)
+    acc = np.float64 if wide else np.float32
+    point = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (ho, wo) == (h, wi) and not wide
     for g in range(group):
-        wg = w[g * mg:(g + 1) * mg].reshape(mg, kk)
+        wg = w[g * mg:(g + 1) * mg].reshape(mg, kk).astype(acc, copy=False)
         if point and hw >= 256:
             np.matmul(wg, x[:, g * cg:(g + 1) * cg].reshape(n, cg, hw), out=_as(y[:, g * mg:(g + 1) * mg], (n, mg, hw)))
             continue
         nb = _chunk(n, kk * hw)
         for n0 in range(0, n, nb):
             b = min(nb, n - n0)
-            cols = _scratch(kk * b * hw).reshape(kk, b, hw)
+            cols = _scratch(kk * b * hw, dtype=acc).reshape(kk, b, hw)
             im2col(x, cols, n0, g * cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo)
-            if b == 1:
+            if b == 1 and not wide:
                 np.matmul(wg, cols.reshape(kk, hw), out=_as(y[n0, g * mg:(g + 1) * mg], (mg, hw)))
                 continue
-            prod = _scratch2(mg * b * hw).reshape(mg, b, hw)
+            prod = _scratch(mg * b * hw, "buf2", acc).reshape(mg, b, hw)
             np.matmul(wg, cols.reshape(kk, b * hw), out=_as(prod, (mg, b * hw)))
-            np.copyto(_as(y[n0:n0 + b, g * mg:(g + 1) * mg], (b, mg, hw)), prod.transpose(1, 0, 2))
+            np.copyto(_as(y[n0:n0 + b, g * mg:(g + 1) * mg], (b, mg, hw)), prod.transpose(1, 0, 2), casting="same_kind")
 
 
 def conv_transpose2d(x, w, y, strides, pads, dilations, group) -> None:
@@ -282,7 +282,7 @@ def conv_transpose2d(x, w, y, strides, pads, dilations, group) -> None:
             if b == 1:
                 np.matmul(wt, xg[n0], out=_as(cols, (kk, hw)))
             else:
-                xs = _scratch2(cg * b * hw).reshape(cg, b, hw)
+                xs = _scratch(cg * b * hw, "buf2").reshape(cg, b, hw)
                 np.copyto(xs, xg[n0:n0 + b].transpose(1, 0, 2))
                 np.matmul(wt, xs.reshape(cg, b * hw), out=_as(cols, (kk, b * hw)))
             col2im(cols, y, n0, g * mg, mg, kh, kw, sh, sw, ph, pw, dh, dw, h, wi)
@@ -308,9 +308,9 @@ def conv_weight_grad2d(x, dy, dw, strides, pads, dilations, group) -> None:
             b = min(nb, n - n0)
             cols = _scratch(kk * b * hw).reshape(kk, b, hw)
             im2col(x, cols, n0, g * cg, kh, kw, sh, sw, ph, pw, dh, dwl, ho, wo)
-            dyg = _scratch2(mg * b * hw).reshape(mg, b, hw)
+            dyg = _scratch(mg * b * hw, "buf2").reshape(mg, b, hw)
             np.copyto(dyg, dy[n0:n0 + b, g * mg:(g + 1) * mg].reshape(b, mg, hw).transpose(1, 0, 2))
-            target = dwg if n0 == 0 else _scratch2(mg * kk, "buf3").reshape(mg, kk)
+            target = dwg if n0 == 0 else _scratch(mg * kk, "buf3").reshape(mg, kk)
             np.matmul(dyg.reshape(mg, b * hw), cols.reshape(kk, b * hw).T, out=target)
             if target is not dwg:
                 dwg += target

@@ -380,3 +380,30 @@ def conv_weight_grad(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray) -> np
     """ai.dcstudio ConvWeightGrad (X, dY; the forward conv's attributes) into ``out``, in W's layout,
     like ``conv``."""
     return _convolve(fn, inputs, attrs, ctx, out, "weights")
+
+
+def max_pool(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, indices: np.ndarray | None = None) -> np.ndarray:
+    """ONNX MaxPool into ``out`` (and its flat argmax ``indices``): a loop nest (``pooling.py``) on float32
+    1-D/2-D pooling with explicit pads and row-major indices, the reference kernel ``fn`` otherwise."""
+    x = inputs[0]
+    nd = x.ndim - 2
+    if nd not in (1, 2) or x.dtype != np.float32 or out.dtype != np.float32 or attrs.get("storage_order", 0) \
+            or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "", "VALID") or not out.flags.c_contiguous:
+        got = reference(fn, inputs, attrs, ctx)
+        out[...] = got[0]
+        if indices is not None:
+            indices[...] = got[1]
+        return out
+    from . import pooling
+    kernel = list(attrs.get("kernel_shape"))
+    strides = list(attrs.get("strides") or [1] * nd)
+    dil = list(attrs.get("dilations") or [1] * nd)
+    pads = list(attrs.get("pads") or [0] * (2 * nd))[:nd]
+    x4, y4, i4 = np.ascontiguousarray(x), out, indices if indices is not None else np.empty((1,) * 4, np.int64)
+    if nd == 1:
+        x4, y4 = x4[:, :, None, :], y4[:, :, None, :]
+        i4 = i4[:, :, None, :] if indices is not None else i4
+        kernel, strides, pads, dil = [1] + kernel, [1] + strides, [0] + pads, [1] + dil
+    pooling.max_pool(x4, y4, i4, kernel[0], kernel[1], strides[0], strides[1], pads[0], pads[1], dil[0], dil[1],
+                     indices is not None)
+    return out

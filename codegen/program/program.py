@@ -12,8 +12,8 @@ kernel, in topological order, into a ``Statement``:
   its epilogue as a loop-nest kernel; a grouped GEMM → its members in order (``contractions``);
 - Identity, Reshape, Squeeze, Unsqueeze, Flatten, Expand → views (no copy);
 - Shape, Size → constants (shapes are static);
-- Conv / ConvTranspose / ai.dcstudio ConvWeightGrad → ``L.conv`` / ``L.conv_transpose`` /
-  ``L.conv_weight_grad`` into the output's buffer (the
+- Conv / ConvTranspose / ai.dcstudio ConvWeightGrad / MaxPool → ``L.conv`` / ``L.conv_transpose``
+  / ``L.conv_weight_grad`` / ``L.max_pool`` into the outputs' buffers (the
   backend's library picks its implementation, and is handed the reference kernel as a fallback);
 - any other op → its NumPy reference kernel through ``L.reference`` (pooling, losses,
   gathers, and ops other engineers add later: nothing breaks);
@@ -51,8 +51,8 @@ NP_TYPES = {"float32": "np.float32", "float64": "np.float64", "float16": "np.flo
             "uint16": "np.uint16", "uint32": "np.uint32", "uint64": "np.uint64", "bool": "np.bool_"}
 VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 METADATA_OPS = frozenset({"Shape", "Size"})
-CONV_CALLS = {("", "Conv"): "L.conv", ("", "ConvTranspose"): "L.conv_transpose",
-              ("ai.dcstudio", "ConvWeightGrad"): "L.conv_weight_grad"}
+LIBRARY_CALLS = {("", "Conv"): "L.conv", ("", "ConvTranspose"): "L.conv_transpose",
+                 ("ai.dcstudio", "ConvWeightGrad"): "L.conv_weight_grad", ("", "MaxPool"): "L.max_pool"}
 RESERVED = ("W", "B", "R", "K", "L", "np", "os", "math", "EXTERN", "OpContext", "Model", "INPUTS", "OUTPUTS",
             "FORWARD_OUTPUTS", "UPDATES", "WORKERS", "SCHEDULE", "ARENA_BYTES", "SLOT_OF", "SHARED_BUFFERS",
             "T", "S", "P", "SKIP", "ERR")   # _step's and the profiler's _step_timed's parameters, module constants
@@ -217,9 +217,9 @@ def _op(prog: Program, node: OpNode, head: str) -> Statement:
     fused = contractions.statement(prog, node, head)
     if fused is not None:
         return fused
-    conv = _convolution(prog, node, head, ins)
-    if conv is not None:
-        return conv
+    lib = _library(prog, node, head, ins)
+    if lib is not None:
+        return lib
     kind, call = _special(prog, node, ins)
     if call is None:
         kind, call = "reference", _reference_call(prog, node, ins)
@@ -294,18 +294,20 @@ def _reference_args(prog: Program, node: OpNode, ins: list[str]) -> str:
     return f"_REF_{k}, ({', '.join(ins)},), {_attrs(prog, node)}, _CTX_{k}"
 
 
-def _convolution(prog: Program, node: OpNode, head: str, ins: list[str]) -> Statement | None:
-    """Conv / ConvTranspose: one library call into the output's planned buffer (the library runs
-    float32 1-D/2-D convolutions on BLAS or loop nests, and anything else on the reference kernel
-    it is given)."""
-    call = CONV_CALLS.get((canonical_domain(node.domain), node.op_type))
+def _library(prog: Program, node: OpNode, head: str, ins: list[str]) -> Statement | None:
+    """Convolutions and MaxPool: one library call into the outputs' planned buffers (the library runs
+    float32 1-D/2-D ones on BLAS or loop nests, and anything else on the reference kernel it is
+    given); a MaxPool's Indices, when the graph reads them, go to ``indices=``."""
+    call = LIBRARY_CALLS.get((canonical_domain(node.domain), node.op_type))
     outs = _writes(node)
-    if call is None or len(outs) != 1:
+    if call is None or node.outputs[0] is None or (len(outs) > 1 and node.op_type != "MaxPool") or len(outs) > 2:
         return None
-    prog.np_type(outs[0])
-    line = f"{call}({_reference_args(prog, node, ins)}, out={prog.var(outs[0])})"
-    return Statement(node.id, node.qualified_type, "blas", head, [line], _reads(node), outs, (Alloc(outs[0]),),
-                     calls=((call, _reads(node) + outs),))
+    for c in outs:
+        prog.np_type(c)
+    extra = f", indices={prog.var(outs[1])}" if len(outs) > 1 else ""
+    line = f"{call}({_reference_args(prog, node, ins)}, out={prog.var(outs[0])}{extra})"
+    return Statement(node.id, node.qualified_type, "blas", head, [line], _reads(node), outs,
+                     tuple(Alloc(c) for c in outs), calls=((call, _reads(node) + outs),))
 
 
 def _extern(prog: Program, node, head: str, reason: str) -> Statement:

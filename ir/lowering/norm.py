@@ -1,4 +1,4 @@
-"""Normalization expansions: LayerNorm (forward and grad), RMS norms, BatchNorm inference.
+"""Normalization expansions: LayerNorm (forward and grad), RMS norms, BatchNorm (inference and training).
 
 LayerNormalization (default domain: ONNX opset 17 and ORT's opset-16 version;
 com.microsoft) normalizes over the axes ``axis..rank-1``: one row per leading
@@ -20,6 +20,8 @@ FLOPs per row of H normalized elements:
 - LayerNormalizationGrad: x̂ 2H, g H, Σg H, Σg·x̂ 2H, dbias H, dscale 2H; means 2;
   dX 7H ⇒ 16H + 2
 - BatchNormalization (inference), per element: (x − mean)/√(var + ε)·scale + bias ⇒ 6
+- BatchNormalization (training), per element: Σx 1, Σ(x − mean)² 3, y 4 ⇒ 8, plus per channel
+  mean, var, inv 5 and the running statistics 6
 """
 from __future__ import annotations
 
@@ -170,15 +172,15 @@ def layer_norm_grad(k: KernelBuilder, impl: str) -> MapNode:
 
 @expansion("BatchNormalization")
 def batch_norm(k: KernelBuilder, impl: str) -> MapNode:
-    """Inference only: y = (x − mean[c]) / √(var[c] + ε) · scale[c] + bias[c]."""
+    """Inference: y = (x − mean[c]) / √(var[c] + ε) · scale[c] + bias[c]; training (opset >= 14):
+    ``batch_norm_train``."""
     training = k.attr("training_mode", 0) if k.node.opset >= 14 else \
         len([m for m in k.node.outputs if m is not None]) > 1
-    if training:
-        raise NotExpandable("training-mode BatchNormalization (batch statistics and running "
-                            "averages) stays a library call")
     x = k.in_name(0)
     if len(k.shape(x)) < 2:
         raise NotExpandable("BatchNormalization needs an input of rank >= 2")
+    if training:
+        return batch_norm_train(k)
     pw = Pointwise(k)
     r = pw.reads()
     ch = [pw.names[1]]
@@ -189,4 +191,46 @@ def batch_norm(k: KernelBuilder, impl: str) -> MapNode:
     return pw.kernel()
 
 
-__all__ = ["batch_norm", "layer_norm", "layer_norm_grad", "norm_rows", "rms_norm"]
+def batch_norm_train(k: KernelBuilder) -> MapNode:
+    """Training-mode BatchNormalization (opset >= 14: outputs Y, running mean, running var) as one map
+    over the channels: Σx, then Σ(x − mean)² (two passes, in float64 like the reference, so the
+    float32 result is rounded once), y = (x − mean)·inv·scale + bias, and the running statistics
+    ``running·momentum + batch·(1 − momentum)`` (the batch variance biased, as ONNX defines it)."""
+    if k.node.opset < 14:
+        raise NotExpandable("training-mode BatchNormalization before opset 14 (five outputs) stays a library call")
+    x, dt = k.in_name(0), "float64"
+    shape = k.shape(x)
+    rows = Rows(k, shape, [a for a in range(len(shape)) if a != 1])
+    c = [rows.names[0]]
+    total, sq = rows.local("sum", dt), rows.local("sq_sum", dt)
+    sw = rows.sweep("sum")
+    r = sw.reads()
+    sw.reduce("sum", r.load("x", 0, as_dtype=dt), r, total, "sum")
+    sw.close()
+    rr = rows.reads()
+    mean = rows.let("mean", div(rr.local("s", total), k.c(rows.count, dt)), rr, dt)
+    sw = rows.sweep("sq_sum")
+    r = sw.reads()
+    d = sub(r.load("x", 0, as_dtype=dt), r.local("mean", mean))
+    sw.reduce("sq_sum", mul(d, d), r, sq, "sum")
+    sw.close()
+    rr = rows.reads()
+    var = rows.let("var", div(rr.local("s", sq), k.c(rows.count, dt)), rr, dt)
+    rr = rows.reads()
+    inv = rows.let("inv", un("recip", un("sqrt", add(rr.local("v", var), k.c(k.attr("epsilon", 1e-5), dt)))), rr, dt)
+    sw = rows.sweep("out")
+    r = sw.reads()
+    norm = mul(sub(r.load("x", 0, as_dtype=dt), r.local("mean", mean)), r.local("inv", inv))
+    sw.store(k.out_name(0), add(mul(norm, r.read("scale", k.at(k.in_name(1), c))),
+                                r.read("bias", k.at(k.in_name(2), c))), r)
+    sw.close()
+    mom = float(k.attr("momentum", 0.9))
+    for out, running, batch in ((1, 3, mean), (2, 4, var)):
+        rr = rows.reads()
+        keep = mul(rr.read("running", k.at(k.in_name(running), c)), k.c(mom, dt))
+        rows.store(k.out_name(out), add(keep, mul(rr.local("batch", batch), k.c(1.0 - mom, dt))), rr,
+                   f"running_{out}")
+    return rows.kernel()
+
+
+__all__ = ["batch_norm", "batch_norm_train", "layer_norm", "layer_norm_grad", "norm_rows", "rms_norm"]

@@ -5,6 +5,8 @@ batch convs of weight gradients, depthwise, grouped, strided, dilated, padded, 1
 to the reference for what they do not run (3-D, float64, ``auto_pad``)."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -111,8 +113,7 @@ def test_weight_grad_chunks_sum_over_images(monkeypatch):
     full = {**attrs, "kernel_shape": [3, 3]}
     want = ref_weight_grad([x.astype(np.float64), dy.astype(np.float64)], full, CTX)[0]
     monkeypatch.setattr(convolution, "SCRATCH", 72 * 20)
-    for which in ("buf", "buf2", "buf3"):
-        monkeypatch.setattr(convolution._LOCAL, which, None, raising=False)
+    monkeypatch.setattr(convolution, "_LOCAL", threading.local())
     assert convolution._chunk(3, 72 * 20) == 1
     out = np.full(sw, np.nan, np.float32)
     L.conv_weight_grad(ref_weight_grad, (x, dy), full, CTX, out=out)
@@ -132,8 +133,7 @@ def test_chunks_of_images_give_the_same_result(monkeypatch):
     x, w, _ = _arrays(sx, sw, 0)
     want = ref_conv([x.astype(np.float64), w.astype(np.float64)], attrs, CTX)[0]
     monkeypatch.setattr(convolution, "SCRATCH", 8 * 9 * 20 * 2 - 1)       # one image per chunk, then two
-    monkeypatch.setattr(convolution._LOCAL, "buf", None, raising=False)
-    monkeypatch.setattr(convolution._LOCAL, "buf2", None, raising=False)
+    monkeypatch.setattr(convolution, "_LOCAL", threading.local())
     assert convolution._chunk(3, 8 * 9 * 20) == 1
     chunked = np.full(want.shape, np.nan, np.float32)
     L.conv(ref_conv, (x, w), attrs, CTX, out=chunked)
@@ -171,3 +171,41 @@ def test_what_the_kernels_do_not_run_falls_back_to_the_reference(case):
     out = np.empty(want.shape, dtype)
     L.conv(ref_conv, (x, w), attrs, CTX, out=out)
     np.testing.assert_array_equal(out, want)
+
+
+POOLS = {
+    "resnet 3x3/2 pad 1": ((2, 4, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "2x2/2": ((2, 3, 8, 6), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "ceil mode": ((1, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "dilated": ((1, 2, 9, 9), {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [1, 0, 1, 0]}),
+    "1-D": ((2, 3, 11), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+}
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+@pytest.mark.parametrize("with_indices", [True, False], ids=["indices", "values"])
+def test_max_pool_equals_the_reference(name, with_indices):
+    from codegen.numpy_ref.nn import maxpool as ref_max_pool
+    sx, attrs = POOLS[name]
+    x = np.random.default_rng(0).standard_normal(sx).astype(np.float32)
+    want, want_idx = ref_max_pool([x], attrs, CTX)
+    out = np.full(want.shape, np.nan, np.float32)
+    idx = np.full(want.shape, -7, np.int64) if with_indices else None
+    assert L.max_pool(ref_max_pool, (x,), attrs, CTX, out=out, indices=idx) is out
+    np.testing.assert_array_equal(out, want)
+    if with_indices:
+        np.testing.assert_array_equal(idx, want_idx)
+        np.testing.assert_array_equal(x.reshape(-1)[idx], out)
+
+
+def test_the_forward_conv_rounds_its_float64_sum_once():
+    """A 3×3 conv over 128 channels of ReLU outputs (1,152 terms): within one ulp of the float64 truth
+    rounded (fp32 sums would be ~10 ulps off, enough to flip a ReLU mask now and then)."""
+    rng = np.random.default_rng(0)
+    x = np.maximum(rng.standard_normal((4, 128, 6, 6)), 0).astype(np.float32)
+    w = (rng.standard_normal((32, 128, 3, 3)) * 0.03).astype(np.float32)
+    attrs = {"pads": [1, 1, 1, 1]}
+    truth = ref_conv([x.astype(np.float64), w.astype(np.float64)], attrs, CTX)[0].astype(np.float32)
+    out = np.empty(truth.shape, np.float32)
+    L.conv(ref_conv, (x, w), attrs, CTX, out=out)
+    assert (np.abs(out - truth) <= np.spacing(np.abs(truth))).all()
