@@ -24,7 +24,6 @@ import onnx
 import pytest
 
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
-pytest.importorskip("torchvision", reason="torchvision is not installed")
 
 from codegen.export.package import export_package, mismatches  # noqa: E402
 from codegen.numba_cpu import kernel_cache, threads  # noqa: E402
