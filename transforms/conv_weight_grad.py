@@ -103,7 +103,11 @@ def chain(graph: Graph, conv) -> Chain | str:
     t_x, t_dy = transpose_of(graph, px), transpose_of(graph, pdy)
     dw = transpose_of(graph, inner[-1]).target
     nd = rank - 2
-    attrs = {"kernel_shape": list(graph.container(dw).concrete_shape(graph.bindings)[2:]),
+    shape = lambda name: graph.container(name).concrete_shape(graph.bindings)  # noqa: E731
+    if shape(dw)[:2] != (shape(t_dy.source)[1], shape(t_x.source)[1]):
+        return f"'{dw}' {shape(dw)} is not a gradient of Conv weights with {shape(t_dy.source)[1]} outputs " \
+               f"and {shape(t_x.source)[1]} channels: '{inner[0].id}' also cuts the channels"
+    attrs = {"kernel_shape": list(shape(dw)[2:]),
              "strides": list(conv.attrs.get("dilations") or [1] * nd),
              "dilations": list(conv.attrs.get("strides") or [1] * nd),
              "pads": list(conv.attrs.get("pads") or [0] * (2 * nd)), "group": 1}

@@ -90,6 +90,25 @@ def test_near_misses_name_the_nodes():
     assert_fails(g, T, T.match("nowhere"), "no node 'nowhere'")
 
 
+def test_a_slice_that_cuts_channels_is_no_weight_gradient():
+    """Transposes and a Conv shaped like a weight gradient, but the Slice after it also drops an output channel."""
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], name="tx", perm=[1, 0, 2, 3]),
+             helper.make_node("Transpose", ["dy"], ["dyt"], name="tdy", perm=[1, 0, 2, 3]),
+             helper.make_node("Conv", ["xt", "dyt"], ["raw"], name="cv"),
+             helper.make_node("Slice", ["raw", "starts", "ends", "axes"], ["cut"], name="sl"),
+             helper.make_node("Transpose", ["cut"], ["dw"], name="tw", perm=[1, 0, 2, 3])]
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("starts", [0, 0, 0]), ("ends", [3, 3, 2]), ("axes", [2, 3, 1]))]
+    model = helper.make_model(helper.make_graph(
+        nodes, "cut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 6]),
+                       helper.make_tensor_value_info("dy", TensorProto.FLOAT, [2, 4, 4, 4])],
+        [helper.make_tensor_value_info("dw", TensorProto.FLOAT, [2, 3, 3, 3])], consts),
+        opset_imports=[helper.make_opsetid("", 17)])
+    g = import_proto(model)
+    assert not list(T.matches(g))
+    assert_fails(g, T, T.match("cv"), "'dw' (2, 3, 3, 3)", "4 outputs", "'sl' also cuts the channels")
+
+
 def test_the_cpu_program_runs_the_op_and_equals_the_reference():
     pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
     from codegen.numba_cpu.runner import CompiledGraph
