@@ -149,7 +149,8 @@ def test_exported_cnn_step_vs_onnxruntime_and_torch(case, n_threads):
         print(f"  {k:<12} {t * 1e3:8.1f} ms")
     print(f"  speed-up vs onnxruntime {med['onnxruntime'] / med['dcstudio']:.3f}x (target 1.0x), "
           f"vs torch eager {med['torch'] / med['dcstudio']:.3f}x")
-    print("  slowest calls in one step (each timed on its own):")
+    print("  slowest calls in one step (each call timed; with 2+ threads, calls in parallel steps overlap, "
+          "so their times overstate):")
     for what, seconds, count in _slowest(pkg, model, feeds):
         print(f"    {seconds * 1e3:7.1f} ms  {count:3d} calls  {what}")
     assert med["onnxruntime"] / med["dcstudio"] > 0.5
