@@ -49,10 +49,11 @@ SUBSTATION: tuple[Pass, ...] = (
 
 CNN: tuple[Pass, ...] = (
     Pass("conv_weight_grad"),          # weight gradients as one op in W's layout, before expand hides the transposes
+    Pass("expand", {"impl": "batch_stats"}),   # training-mode BatchNorm as one map, to fuse with its activation
 ) + SUBSTATION
 """Convolutional training graphs: Substation, after the weight gradients of convolutions become
 ``ConvWeightGrad`` ops (the transposed copies of X and dY go, and the optimizer update then reads
-its gradient in W's layout instead of transposed)."""
+its gradient in W's layout instead of transposed) and training-mode BatchNormalizations become maps."""
 
 RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION, "cnn": CNN,
                                         "fuse": (Pass("expand"), Pass("map_fusion"))}

@@ -13,7 +13,8 @@ Before → after (a LayerNormalization over rows of 768)::
     }
 
 ``impl`` picks the expansion's implementation (e.g. Softmax ``two_pass`` or
-``online``); empty means the node's current choice or the default. Bytes moved
+``online``; training-mode BatchNormalization expands only with ``batch_stats``);
+empty means the node's current choice or the default. Bytes moved
 do not change (one kernel becomes one kernel); expansion is what lets the
 fusions see inside the op.
 """
@@ -38,9 +39,9 @@ class Expand(Transformation):
 
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
         for node in scope(graph, within):
-            if isinstance(node, OpNode) and lowering.can_expand(graph, node) is None:
-                if not self.impl or self.impl in lowering.impls(node):
-                    yield self.match(node.id, label=f"expand {node.op_type} '{node.id}'")
+            if isinstance(node, OpNode) and (not self.impl or self.impl in lowering.impls(node)) \
+                    and lowering.can_expand(graph, node, self.impl or None) is None:
+                yield self.match(node.id, label=f"expand {node.op_type} '{node.id}'")
 
     def check(self, graph: Graph, match: Match) -> MatchResult:
         node = graph.nodes.get(match.anchors[0])
@@ -48,12 +49,12 @@ class Expand(Transformation):
             return fail(f"no node '{match.anchors[0]}'", match.anchors[0])
         if not isinstance(node, OpNode):
             return fail(f"'{node.id}' is already a map", node.id)
-        reason = lowering.can_expand(graph, node)
-        if reason is not None:
-            return fail(reason, node.id)
         if self.impl and self.impl not in lowering.impls(node):
             return fail(f"'{node.id}' ({node.op_type}) has no implementation '{self.impl}' "
                         f"(choices: {', '.join(lowering.impls(node)) or 'none'})", node.id)
+        reason = lowering.can_expand(graph, node, self.impl or None)
+        if reason is not None:
+            return fail(reason, node.id)
         return OK
 
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:

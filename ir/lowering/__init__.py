@@ -68,13 +68,14 @@ def _build(graph: Graph, node: OpNode, impl: str | None) -> MapNode:
     return rule.build(KernelBuilder(graph, node), _resolve_impl(rule, node, impl, graph))
 
 
-def can_expand(graph: Graph, node: OpNode) -> str | None:
-    """None if ``node`` can be expanded into a map, else a reason that names it."""
+def can_expand(graph: Graph, node: OpNode, impl: str | None = None) -> str | None:
+    """None if ``node`` can be expanded into a map (with ``impl``; None: its own choice or the
+    default), else a reason that names it."""
     try:
-        _build(graph, node, None)
+        _build(graph, node, impl)
     except LookupError as e:
         return f"{describe_node(node)} {e.args[0]}"
-    except NotExpandable as e:
+    except (NotExpandable, PreconditionError) as e:
         return f"{describe_node(node)} cannot be expanded: {e.args[0]}"
     return None
 

@@ -170,15 +170,19 @@ def layer_norm_grad(k: KernelBuilder, impl: str) -> MapNode:
     return rows.kernel()
 
 
-@expansion("BatchNormalization")
+@expansion("BatchNormalization", impls=("default", "batch_stats"))
 def batch_norm(k: KernelBuilder, impl: str) -> MapNode:
-    """Inference: y = (x − mean[c]) / √(var[c] + ε) · scale[c] + bias[c]; training (opset >= 14):
-    ``batch_norm_train``."""
+    """Inference: y = (x − mean[c]) / √(var[c] + ε) · scale[c] + bias[c] (either implementation).
+    Training: only with the ``batch_stats`` implementation (``batch_norm_train``); by default it
+    stays a library call, so that histories recorded before that map existed replay unchanged."""
     training = k.attr("training_mode", 0) if k.node.opset >= 14 else \
         len([m for m in k.node.outputs if m is not None]) > 1
     x = k.in_name(0)
     if len(k.shape(x)) < 2:
         raise NotExpandable("BatchNormalization needs an input of rank >= 2")
+    if training and impl != "batch_stats":
+        raise NotExpandable("training-mode BatchNormalization stays a library call by default; the "
+                            "'batch_stats' implementation lowers it to one map over the channels")
     if training:
         return batch_norm_train(k)
     pw = Pointwise(k)

@@ -496,17 +496,20 @@ def test_batch_norm_inference():
 
 @pytest.mark.parametrize("x_shape", [[2, 3, 4, 5], [6, 3]])
 def test_batch_norm_training_is_one_map_over_the_channels(x_shape):
-    """Batch statistics over every axis but the channel (float64 sums, two passes), y, and the
-    running statistics; the 5-output form of opsets before 14 stays a library call."""
+    """With the ``batch_stats`` implementation: batch statistics over every axis but the channel
+    (float64 sums, two passes), y, and the running statistics; by default, and in the 5-output form
+    of opsets before 14, a library call."""
     model = one_op("BatchNormalization", [("x", x_shape), ("s", [3]), ("b", [3]), ("m", [3]), ("v", [3])],
                    [("y", x_shape), ("rm", [3]), ("rv", [3])],
                    attrs={"training_mode": 1, "momentum": 0.8, "epsilon": 1e-3}, opset=15)
-    g2, (m,) = check(model, positive=("v",))
+    g2, (m,) = check(model, positive=("v",), impl="batch_stats")
     assert len(m.params) == 1 and m.params[0][1].stop.value == 3
     assert sorted(o.container for o in m.outputs) == ["rm", "rv", "y"]
+    g = imp(model)
+    assert "'batch_stats' implementation" in L.can_expand(g, next(iter(g.nodes.values())))   # not by default
     old = imp(one_op("BatchNormalization", [("x", [2, 3]), ("s", [3]), ("b", [3]), ("m", [3]), ("v", [3])],
                      [("y", [2, 3]), ("rm", [3]), ("rv", [3]), ("sm", [3]), ("sv", [3])], opset=9, name="bn"))
-    assert "before opset 14" in L.can_expand(old, old.nodes["bn"])
+    assert "before opset 14" in L.can_expand(old, old.nodes["bn"], "batch_stats")
 
 
 # --- optimizers ---------------------------------------------------------------------------

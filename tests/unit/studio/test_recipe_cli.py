@@ -44,7 +44,7 @@ def test_pick_for_model_reads_the_node_list(tmp_path):
     model = tmp_path / "convs.onnx"
     onnx.save(training_model(), model)
     assert pick_for_model(model) == "cnn" and pick_for_model(MLP) == "substation"
-    assert pick_for_model(model, "fuse") == "fuse" and RECIPES["cnn"][1:] == RECIPES["substation"]
+    assert pick_for_model(model, "fuse") == "fuse" and RECIPES["cnn"][2:] == RECIPES["substation"]
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"garbage")
     assert pick_for_model(bad) == "substation"          # the caller's own load names what is wrong
