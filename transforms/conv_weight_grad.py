@@ -137,9 +137,13 @@ class ConvWeightGrad(Transformation):
         found = chain(graph, conv)
         return fail(found, conv.id) if isinstance(found, str) else found
 
-    def check(self, graph: Graph, match: Match) -> MatchResult:
+    def prepare(self, graph: Graph, match: Match) -> tuple[MatchResult, Chain | None]:
+        """The check and the chain it found, which ``rewrite_prepared`` rewrites without finding it again."""
         found = self._chain(graph, match)
-        return found if isinstance(found, MatchResult) else OK
+        return (found, None) if isinstance(found, MatchResult) else (OK, found)
+
+    def check(self, graph: Graph, match: Match) -> MatchResult:
+        return self.prepare(graph, match)[0]
 
     def affected(self, graph: Graph, match: Match) -> tuple[str, ...]:
         found = self._chain(graph, match)
@@ -148,7 +152,10 @@ class ConvWeightGrad(Transformation):
         return (found.conv.id,) + found.inner + found.removable
 
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        c = self._chain(graph, match)
+        return self.rewrite_prepared(graph, match, step, None)
+
+    def rewrite_prepared(self, graph: Graph, match: Match, step: int, prepared: Chain | None) -> Touched:
+        c = prepared if prepared is not None else self._chain(graph, match)
         assert isinstance(c, Chain), c
         node = OpNode(f"conv_weight_grad:{c.conv.id}", OP, [Memlet(c.x), Memlet(c.dy)], [Memlet(c.dw)],
                       domain=DOMAIN, attrs=c.attrs, opset=c.conv.opset)

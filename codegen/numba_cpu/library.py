@@ -336,14 +336,22 @@ def _conv_geometry(inputs: tuple, attrs: dict, out: np.ndarray):
         return None
     if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "", "VALID") or "output_shape" in attrs:
         return None
-    strides = list(attrs.get("strides") or [1] * nd)
-    dil = list(attrs.get("dilations") or [1] * nd)
-    pads = list(attrs.get("pads") or [0] * (2 * nd))[:nd]
+    strides, pads, dil = _window(attrs, nd)
     x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
     if nd == 1:
         x, w, out = x[:, :, None, :], w[:, :, None, :], out[:, :, None, :]
+    return x, w, out, strides, pads, dil
+
+
+def _window(attrs: dict, nd: int) -> tuple[tuple, tuple, tuple]:
+    """(strides, begin pads, dilations) of a conv or pooling window, as 2-D (a 1-D window gets a
+    unit leading axis)."""
+    strides = list(attrs.get("strides") or [1] * nd)
+    dil = list(attrs.get("dilations") or [1] * nd)
+    pads = list(attrs.get("pads") or [0] * (2 * nd))[:nd]
+    if nd == 1:
         strides, pads, dil = [1] + strides, [0] + pads, [1] + dil
-    return x, w, out, tuple(strides), tuple(pads), tuple(dil)
+    return tuple(strides), tuple(pads), tuple(dil)
 
 
 def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str) -> np.ndarray:
@@ -395,15 +403,12 @@ def max_pool(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, indices: np.n
             indices[...] = got[1]
         return out
     from . import pooling
-    kernel = list(attrs.get("kernel_shape"))
-    strides = list(attrs.get("strides") or [1] * nd)
-    dil = list(attrs.get("dilations") or [1] * nd)
-    pads = list(attrs.get("pads") or [0] * (2 * nd))[:nd]
+    kernel = ([1] if nd == 1 else []) + list(attrs.get("kernel_shape"))
+    strides, pads, dil = _window(attrs, nd)
     x4, y4, i4 = np.ascontiguousarray(x), out, indices if indices is not None else np.empty((1,) * 4, np.int64)
     if nd == 1:
         x4, y4 = x4[:, :, None, :], y4[:, :, None, :]
         i4 = i4[:, :, None, :] if indices is not None else i4
-        kernel, strides, pads, dil = [1] + kernel, [1] + strides, [0] + pads, [1] + dil
     pooling.max_pool(x4, y4, i4, kernel[0], kernel[1], strides[0], strides[1], pads[0], pads[1], dil[0], dil[1],
                      indices is not None)
     return out

@@ -16,7 +16,6 @@ asserted: the step is ~90 % GEMMs, which here run on OpenBLAS, ~6 % slower than 
 from __future__ import annotations
 
 import os
-import statistics
 import time
 
 import onnx
@@ -32,6 +31,7 @@ from studio.recipe import RECIPES, run_recipe  # noqa: E402
 from studio.session import Session  # noqa: E402
 from tests.bench.test_bench_autodiff import BATCH, HIDDEN, SEQ, bert_layer  # noqa: E402
 from tests.peer.test_autodiff_models import _export  # noqa: E402
+from tests.bench.steps import interleaved_medians, ort_step  # noqa: E402
 from tests.peer.test_export_fixtures import load_package  # noqa: E402
 from transforms.autodiff import build_training_graph  # noqa: E402
 
@@ -89,7 +89,6 @@ def _gemm_rate(pkg, model, feeds) -> tuple[float, float]:
 
 @pytest.mark.parametrize("n_threads", THREADS)
 def test_exported_step_vs_onnxruntime_and_torch(bert, package, n_threads):
-    import onnxruntime as ort
     import torch
     original, feeds, session, pkg = package
     after = session.metrics()
@@ -97,13 +96,7 @@ def test_exported_step_vs_onnxruntime_and_torch(bert, package, n_threads):
     model = pkg.Model(recycle_outputs=True, threads=n_threads)
     out = model.step(**feeds)
     assert mismatches(original, reference(original, feeds), out, 1e-3) == []
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = n_threads, 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(bert), so, providers=["CPUExecutionProvider"])
-    ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
-    sess.run(None, ort_feeds)
+    ort_run = ort_step(bert, feeds, n_threads)
 
     torch.set_num_threads(n_threads)
     torch.manual_seed(0)
@@ -117,15 +110,8 @@ def test_exported_step_vs_onnxruntime_and_torch(bert, package, n_threads):
         opt.step()
     torch_step()
 
-    runs = {"dcstudio": lambda: model.step(**feeds), "onnxruntime": lambda: sess.run(None, ort_feeds),
-            "torch": torch_step}
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(REPS):
-        for name, fn in runs.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = interleaved_medians({"dcstudio": lambda: model.step(**feeds), "onnxruntime": ort_run,
+                               "torch": torch_step}, REPS)
     lib = pkg.model.L
     lib.TRACE, walls = [], []
     for _ in range(3):

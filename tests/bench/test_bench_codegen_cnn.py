@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import os
 import re
-import statistics
 import time
 
 import onnx
@@ -32,6 +31,7 @@ from codegen.numpy_ref.feeds import feeds_for  # noqa: E402
 from studio.recipe import RECIPES, pick, run_recipe  # noqa: E402
 from studio.session import Session  # noqa: E402
 from tests.peer.hf_style_models import export  # noqa: E402
+from tests.bench.steps import interleaved_medians, ort_step  # noqa: E402
 from tests.peer.test_export_fixtures import load_package  # noqa: E402
 from tests.zoo.torchvision_cpu import models as torchvision_models  # noqa: E402
 from transforms.autodiff import build_training_graph  # noqa: E402
@@ -106,20 +106,13 @@ def _slowest(pkg, model, feeds, n: int = 5) -> list[tuple[str, float, int]]:
 
 @pytest.mark.parametrize("n_threads", THREADS)
 def test_exported_cnn_step_vs_onnxruntime_and_torch(case, n_threads):
-    import onnxruntime as ort
     import torch
     name, path, original, feeds, session, recipe, pkg = case
     info = threads.pin(n_threads)
     model = pkg.Model(recycle_outputs=True, threads=n_threads)
     out = model.step(**feeds)
     assert mismatches(original, reference(original, feeds), out, 1e-3) == []
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = n_threads, 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
-    sess.run(None, ort_feeds)
+    ort_run = ort_step(path, feeds, n_threads)
 
     torch.set_num_threads(n_threads)
     net = _model(name).train()
@@ -133,15 +126,8 @@ def test_exported_cnn_step_vs_onnxruntime_and_torch(case, n_threads):
         opt.step()
     torch_step()
 
-    runs = {"dcstudio": lambda: model.step(**feeds), "onnxruntime": lambda: sess.run(None, ort_feeds),
-            "torch": torch_step}
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(REPS):
-        for k, fn in runs.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = interleaved_medians({"dcstudio": lambda: model.step(**feeds), "onnxruntime": ort_run,
+                               "torch": torch_step}, REPS)
     m = session.metrics()
     print(f"\n{name} training step (batch {BATCH}, {SIZE}x{SIZE}), {n_threads} thread(s) ({info}); recipe '{recipe}' "
           f"({session.cursor} steps), {m.bytes / 1e6:.0f} MB moved, {m.ratio:.2f}x the bound; median of {REPS}:")
