@@ -149,6 +149,22 @@ def _thread_params(k: _Cuda) -> None:
         counts.append((p, start, step, max(0, -(-(stop - start) // step))))
     for _, _, _, n in counts:
         k.extents.append(n)
+    size = 1
+    for *_, n in counts:
+        size *= n
+    if size < 2**31:
+        # 32-bit index math with the extents as literals: division by a constant is a multiply and a
+        # shift, where 64-bit division by a runtime extent is a software routine of ~70 instructions
+        # per param (it made the 4-d softmax-gradient kernel run at 37 % of copy bandwidth on an H100)
+        k.line("const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;")
+        k.line(f"if (tid >= {size}u) return;")
+        if counts:
+            k.line("unsigned rest = tid;")
+        for i in reversed(range(len(counts))):
+            p, start, step, n = counts[i]
+            k.params[p] = f"p{i}"
+            k.line(f"const long long p{i} = {start} + (long long)(rest % {max(n, 1)}u) * {step}; rest /= {max(n, 1)}u;")
+        return
     total = " * ".join(f"n{i}" for i in range(len(counts))) or "1"
     k.line("const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
     k.line(f"if (tid >= {total}) return;")

@@ -18,8 +18,10 @@ package carries a verbatim copy (``_lib.py``): it imports only CuPy, NumPy and t
 - ``alloc``/``view``: device buffers (planned buffers reused across steps);
 - ``conv``, ``conv_transpose``, ``conv_weight_grad``: float32 1-D/2-D convolutions on the device
   (``convolution.py``: im2col/col2im kernels and cuBLAS, direct kernels for depthwise ones);
-- ``reference``: an op without a kernel runs on the host in its NumPy reference kernel
-  (inputs copied down, outputs copied back up) — correct, not fast;
+- ``reference``: an op without a generated kernel runs its device version where ``device_ops.py``
+  has one (gathers, scatters, MaxPool, GlobalAveragePool, the softmax cross-entropy loss,
+  ConstantOfShape, Concat, Split), else on the host in its NumPy reference kernel (inputs copied
+  down, outputs copied back up; such a step is not captured) — correct, not fast;
 - ``asarray``: inputs and weights onto the device; ``broadcast_to`` materializes (the
   generated kernels index C-contiguous arrays).
 """
@@ -448,8 +450,38 @@ def view(buffer, shape, dtype, kind="empty", fill=0):
     return arr
 
 
+_DEVICE = None
+
+
+def _device_op(fn):
+    """The device version (``device_ops.OPS``) of reference kernel ``fn``, or None."""
+    global _DEVICE
+    if _DEVICE is None:
+        try:                                  # in an exported package: its own copies
+            from . import device_ops
+            from ._ref import kernels  # noqa: F401 - registers the reference kernels
+            from ._ref.registry import lookup
+        except ImportError:                   # in the repository
+            from codegen.cupy_cuda import device_ops
+            from codegen.numpy_ref import kernels  # noqa: F401
+            from codegen.numpy_ref.registry import lookup
+        _DEVICE = {}
+        for (domain, op), impl in device_ops.OPS.items():
+            ref = lookup(domain, op)
+            if ref is not None:
+                _DEVICE[ref] = impl
+    return _DEVICE.get(fn)
+
+
 def reference(fn, inputs, attrs, ctx):
-    """Inputs, and attributes that hold tensors (device weights), come down; outputs go up."""
+    """An op without a generated kernel: its device version where ``device_ops`` has one for this
+    case, else on the host — inputs, and attributes that hold tensors (device weights), come down;
+    outputs go up."""
+    impl = _device_op(fn)
+    if impl is not None and all(x is None or isinstance(x, cp.ndarray) for x in inputs):
+        got = impl(cp, list(inputs), attrs, ctx)
+        if got is not None:
+            return got
     host = [to_host(x) for x in inputs]
     return [asarray(v) for v in fn(host, {k: to_host(v) for k, v in attrs.items()}, ctx)]
 
@@ -500,7 +532,8 @@ def conv_weight_grad(fn, inputs, attrs, ctx, out):
 
 
 def max_pool(fn, inputs, attrs, ctx, out, indices=None):
-    """ONNX MaxPool into ``out`` (and ``indices``): on the host, in the reference kernel ``fn``."""
+    """ONNX MaxPool into ``out`` (and ``indices``): on the device for 2-D pooling (``device_ops``),
+    else on the host in the reference kernel ``fn``."""
     got = reference(fn, inputs, attrs, ctx)
     out[...] = got[0]
     if indices is not None:

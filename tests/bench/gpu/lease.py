@@ -38,6 +38,7 @@ from tests.bench.gpu.kit import rebuild
 REPO = Path(__file__).resolve().parents[3]
 CUDA_TESTS = ["tests/unit/codegen/test_cuda_compile.py", "tests/unit/codegen/test_cuda_library.py",
               "tests/unit/codegen/test_cuda_reductions.py", "tests/unit/codegen/test_cuda_convolution.py",
+              "tests/unit/codegen/test_cuda_device_ops.py",
               "tests/unit/codegen/test_wcr_kinds.py"]
 T0 = time.perf_counter()
 

@@ -67,7 +67,10 @@ def test_attention_softmax_is_one_warp_per_row(recipe):
     assert "__shfl_xor_sync" in PRELUDE and "dcs_warp<2>(s0)" in body and "dcs_warp<0>(s1)" in body
     assert ks.launch.block == (32, 4) and ks.launch.grid == 8 * 12 * 128 // 4 and ks.launch.shared_bytes == 0
     assert "__launch_bounds__(128)" in body and "blockIdx.x * 4 + threadIdx.y" in body
-    assert "j = threadIdx.x; j < 128; j += 32" in body and "__syncthreads" not in body
+    assert "for (int it = 0; it < 4; ++it)" in body and "j = threadIdx.x + it * 32;" in body
+    assert "__syncthreads" not in body and "if (j < " not in body       # 128 = 4 × 32: no guard
+    # the scores are loaded once (max pass) into registers and read from there by the sum and the output
+    assert body.count("= a0[") == 1 and body.count("c0[it] = a0[") == 1 and body.count("c0[it] * 0.125f") == 3
 
 
 def test_layernorm_forward_is_one_block_per_row(recipe):
@@ -75,16 +78,24 @@ def test_layernorm_forward_is_one_block_per_row(recipe):
     body = _body(ks)
     assert ks.launch.kind == "rows" and ks.launch.block == (256, 1) and ks.launch.grid == 8 * 128
     assert body.count("__syncthreads();") == 2 and ks.launch.shared_bytes == 2 * 8 * 4   # sum, then sq_sum
-    assert "long long rest = blockIdx.x;" in body and "j = threadIdx.x; j < 768; j += 256" in body
+    assert "long long rest = blockIdx.x;" in body and "j = threadIdx.x + it * 256;" in body
+    # the three summands of the row (bias, residual, dense output) are read once, by the mean's pass
+    assert re.findall(r"float c\d\[3\];", body) == ["float c0[3];", "float c1[3];", "float c2[3];"]
+    assert body.count("= a0[") == body.count("= a1[") == body.count("= a2[") == 1
     assert body.count("if (threadIdx.x == 0)") == 2                                        # saved mean, inv std
 
 
 def test_layernorm_backward_reduces_both_sums_at_one_barrier(recipe):
     ks = kernel_source(recipe.nodes[LAYERNORM_GRAD], recipe)
     body = _body(ks)
-    assert ks.launch.kind == "rows" and body.count("__syncthreads();") == 1
+    assert ks.launch.kind == "rows" and body.count("__syncthreads();") == 2   # the sums; the next row's slots
     assert "if (lane == 0) { dcs_s0[warp] = s0; dcs_s1[warp] = s1; }" in body
-    assert body.count("atomicAdd(") == 3             # dbias, dscale, the fused dense bias gradient: across rows
+    # dbias, dscale and the fused dense bias gradient are shared by every row: each block sums its 4 rows
+    # in registers and adds them once, after its rows (a quarter of the atomics of one row per block)
+    assert ks.launch.per_block == 4 and ks.launch.grid == 8 * 128 // 4
+    assert "for (int rr = 0; rr < 4; ++rr)" in body and body.count("atomicAdd(") == 3
+    assert body.index("atomicAdd(") > body.rindex("__syncthreads();")
+    assert re.findall(r"g\d\[it\] \+=", body) == ["g0[it] +=", "g1[it] +=", "g2[it] +="]
 
 
 def test_bias_gradient_is_a_column_reduction(recipe):
@@ -209,12 +220,12 @@ def _graph(op: str, shape: list[int], out_shape: list[int], *, domain: str = "",
     return lower_for_codegen(import_proto(helper.make_model(g, opset_imports=opsets)))
 
 
-def _ln_grad():
-    inputs = [vi("dy", [2, 3, 300]), vi("x", [2, 3, 300]), vi("scale", [300]), vi("mean", [2, 3, 1]),
-              vi("inv", [2, 3, 1])]
+def _ln_grad(rows: int = 3, width: int = 300):
+    inputs = [vi("dy", [2, rows, width]), vi("x", [2, rows, width]), vi("scale", [width]),
+              vi("mean", [2, rows, 1]), vi("inv", [2, rows, 1])]
     node = helper.make_node("LayerNormalizationGrad", [i.name for i in inputs], ["dx", "dscale", "dbias"],
                             domain="com.microsoft", axis=-1)
-    outs = [vi("dx", [2, 3, 300]), vi("dscale", [300]), vi("dbias", [300])]
+    outs = [vi("dx", [2, rows, width]), vi("dscale", [width]), vi("dbias", [width])]
     g = helper.make_graph([node], "lng", inputs, outs)
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     return lower_for_codegen(import_proto(helper.make_model(g, opset_imports=opsets)))
@@ -230,6 +241,8 @@ CASES = {   # name: (graph builder, expected launch kind)
     "layernorm_rows": (lambda: _graph("LayerNormalization", [6, 300], [6, 300], extra=[("s", [300]), ("b", [300])],
                                       axis=-1), "rows"),
     "layernorm_grad_rows": (_ln_grad, "rows"),
+    # 2 × 515 rows: 4 rows per block sum dscale/dbias in registers; the last block has 2 rows
+    "layernorm_grad_summing_blocks": (lambda: _ln_grad(515, 160), "rows"),
     "column_sum": (lambda: _graph("ReduceSum", [200, 40], [40], inits=_axes(0), keepdims=0), "columns"),
     "column_max_lead": (lambda: _graph("ReduceMax", [3, 77, 9], [3, 9], axes=[1], keepdims=0), "columns"),
     "prod_warp": (lambda: _graph("ReduceProd", [3, 40], [3], axes=[1], keepdims=0), "warp_rows"),
@@ -275,6 +288,7 @@ def emulator():
 def test_block_kernels_compute_the_reference_in_host_emulation(emulator, tmp_path, name):
     ks, arrays, want = _case(name)
     assert ks.launch.kind == CASES[name][1]
+    assert ks.launch.per_block == (4 if name == "layernorm_grad_summing_blocks" else ks.launch.per_block)
     _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path), want, 2e-6)
 
 

@@ -1,0 +1,124 @@
+"""The device versions of formerly host-only ops (``codegen/cupy_cuda/device_ops.py``) against the
+NumPy reference kernels they replace: run here with NumPy as the array namespace, and with CuPy on
+a device where there is one (skipped here, with the reason). Data movement must match exactly;
+the loss and the average pool to float32 rounding."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.cupy_cuda import device_ops
+from codegen.numpy_ref import kernels  # noqa: F401 - registers the reference kernels
+from codegen.numpy_ref.registry import OpContext, lookup
+
+RNG = np.random.default_rng(7)
+
+
+def _f(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _pool_ties(*shape):
+    """Small integers: windows hold equal maxima, so the first-maximum rule is exercised."""
+    return RNG.integers(0, 3, shape).astype(np.float32)
+
+
+CASES = {   # name: (op, inputs, attrs)
+    "gather_rows_negative": ("Gather", [_f(6, 4), np.array([[0, -1, 3], [5, -6, 2]], np.int64)], {}),
+    "gather_axis1": ("Gather", [_f(3, 5, 2), np.array([4, 0, -2], np.int32)], {"axis": 1}),
+    "gather_scalar_index": ("Gather", [_f(6, 4), np.array(-2, np.int64)], {"axis": 0}),
+    "gather_elements": ("GatherElements", [_f(4, 5), RNG.integers(-5, 5, (4, 3))], {"axis": 1}),
+    "scatter_none": ("ScatterElements", [_f(4, 6), np.array([[5, 0, -2], [1, 2, 3], [0, 4, 2], [-6, 1, 3]]),
+                                         _f(4, 3)], {"axis": 1}),
+    "scatter_add_duplicates": ("ScatterElements", [_f(5, 3), RNG.integers(0, 5, (9, 3)), _f(9, 3)],
+                               {"axis": 0, "reduction": "add"}),
+    "scatter_max": ("ScatterElements", [_f(5, 3), RNG.integers(0, 5, (7, 3)), _f(7, 3)],
+                    {"axis": 0, "reduction": "max"}),
+    "constant_of_shape_float": ("ConstantOfShape", [np.array([2, 3], np.int64)],
+                                {"value": np.array([1.5], np.float32)}),
+    "constant_of_shape_int": ("ConstantOfShape", [np.array([4], np.int64)], {"value": np.array([7], np.int64)}),
+    "constant_of_shape_default": ("ConstantOfShape", [np.array([3, 1], np.int64)], {}),
+    "concat": ("Concat", [_f(2, 3), _f(2, 1), _f(2, 4)], {"axis": -1}),
+    "split_sizes": ("Split", [_f(3, 10), np.array([2, 5, 3], np.int64)], {"axis": 1}),
+    "split_equal": ("Split", [_f(6, 2)], {"axis": 0}),
+    "global_average_pool": ("GlobalAveragePool", [_f(2, 3, 5, 7)], {}),
+    "sce_mean": ("SoftmaxCrossEntropyLoss", [_f(6, 10), RNG.integers(0, 10, 6)], {"reduction": "mean"}),
+    "sce_weights_ignore": ("SoftmaxCrossEntropyLoss",
+                           [_f(5, 4, 3), np.array([[0, 1, 3], [2, -100, 1], [3, 3, 0], [1, 0, -100], [2, 2, 2]]),
+                            np.abs(_f(4)) + 0.1], {"reduction": "mean", "ignore_index": -100}),
+    "sce_sum": ("SoftmaxCrossEntropyLoss", [_f(4, 7), RNG.integers(0, 7, 4)], {"reduction": "sum"}),
+    "sce_none": ("SoftmaxCrossEntropyLoss", [_f(4, 7), RNG.integers(0, 7, 4)], {"reduction": "none"}),
+    "maxpool_resnet_stem": ("MaxPool", [_f(2, 3, 9, 9)], {"kernel_shape": [3, 3], "strides": [2, 2],
+                                                          "pads": [1, 1, 1, 1]}),
+    "maxpool_ties": ("MaxPool", [_pool_ties(2, 2, 6, 6)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "maxpool_dilated_asym": ("MaxPool", [_f(1, 2, 8, 7)], {"kernel_shape": [2, 3], "dilations": [2, 1],
+                                                           "pads": [0, 1, 1, 0]}),
+    "maxpool_ceil": ("MaxPool", [_f(1, 2, 7, 7)], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    "maxpool_ceil_ties": ("MaxPool", [_pool_ties(1, 3, 5, 5)], {"kernel_shape": [3, 3], "strides": [2, 2],
+                                                                "ceil_mode": 1, "pads": [1, 1, 0, 0]}),
+}
+EXACT_DTYPES = "iub"
+
+
+def _run(name, xp):
+    op, inputs, attrs = CASES[name]
+    want = lookup("", op)(list(inputs), dict(attrs), OpContext(opset=17))
+    ctx = OpContext(opset=17, n_outputs=len(want), output_shapes=tuple(w.shape for w in want),
+                    output_dtypes=tuple(w.dtype for w in want), label=name)
+    dev = [xp.asarray(x) for x in inputs]
+    dev_attrs = {k: xp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
+    got = device_ops.OPS[("", op)](xp, dev, dev_attrs, ctx)
+    assert got is not None, f"{name}: the device version declined a case it should handle"
+    return [np.asarray(g.get() if hasattr(g, "get") else g) for g in got], want
+
+
+def _compare(name, got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{name}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
+        if CASES[name][0] in ("SoftmaxCrossEntropyLoss", "GlobalAveragePool"):
+            np.testing.assert_allclose(g, w, rtol=2e-7, atol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_device_versions_match_the_reference_kernels_with_numpy(name):
+    got, want = _run(name, np)
+    _compare(name, got, want)
+
+
+def test_every_device_op_has_a_reference_kernel_and_cases():
+    covered = {CASES[n][0] for n in CASES}
+    for domain, op in device_ops.OPS:
+        assert lookup(domain, op) is not None, op
+        assert op in covered, f"{op} has no case here"
+
+
+def test_cases_it_does_not_handle_fall_back_to_the_host():
+    x = _f(1, 1, 4, 4, 4)                                       # 3-D pooling
+    ctx = OpContext(opset=17, output_shapes=((1, 1, 3, 3, 3), (1, 1, 3, 3, 3)))
+    assert device_ops.max_pool(np, [x], {"kernel_shape": [2, 2, 2]}, ctx) is None
+    ctx = OpContext(opset=17, output_shapes=(None,))
+    assert device_ops.constant_of_shape(np, [np.array([2], np.int64)], {}, ctx) is None
+
+
+def test_the_exported_cuda_library_dispatches_to_them():
+    """The CUDA library maps each reference kernel to its device version (the import of CuPy is
+    what needs the cuda extra; no device is touched)."""
+    library = pytest.importorskip("codegen.cupy_cuda.library", reason="cupy (the cuda extra) is not installed")
+    for domain, op in device_ops.OPS:
+        assert library._device_op(lookup(domain, op)) is device_ops.OPS[(domain, op)]
+    assert library._device_op(lookup("", "Relu")) is None
+
+
+def test_device_versions_on_a_device():
+    cupy = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no device")
+    except Exception:  # noqa: BLE001 - any failure to reach a device means there is none
+        pytest.skip("no CUDA device on this machine: the device versions run here with NumPy only")
+    for name in sorted(CASES):
+        got, want = _run(name, cupy)
+        _compare(name, got, want)
