@@ -318,7 +318,7 @@ class _RowCache:
         for *_, c in next(iter(shapes)):
             total *= c
         steps = -(-total // _stride(plan)[1])
-        if steps > CACHE_STEPS:
+        if not 0 < steps <= CACHE_STEPS:          # (rows of no points: nothing to cache)
             return None
         uses: dict[str, list[int]] = {}
         dtypes: dict[str, str] = {}
