@@ -8,13 +8,25 @@ ran uncaptured. ``OPS`` maps ``(domain, op_type)`` to a function ``f(xp, inputs,
 written against the array namespace ``xp`` — CuPy in a package, NumPy in the tests, which
 check each one against the reference kernel it replaces. A function returns None where it does
 not handle the case (then the host reference runs, as before) and never reads a device value on
-the host: sizes come from the shapes the exporter recorded in ``ctx.output_shapes``.
+the host: sizes come from the shapes the exporter recorded in ``ctx.output_shapes``, and the
+index inputs of Slice and Pad (starts, ends, pads — graph constants) from ``host(x)``, the
+library's host copy of a small constant weight (None for anything else: the op then declines).
 
 The package carries a verbatim copy beside ``_lib.py``: it imports only NumPy (and cupyx, lazily).
 """
 from __future__ import annotations
 
 import numpy as np
+
+try:                                      # in an exported package: its own copy of the reference kernels
+    from ._ref.shape import _pad_args, _slice_bounds
+except ImportError:                       # in the repository
+    from codegen.numpy_ref.shape import _pad_args, _slice_bounds
+
+
+def _numpy_host(x):
+    """The host value of ``x`` when it is on the host already, else None (then the op declines)."""
+    return x if x is None or isinstance(x, np.ndarray) else None
 
 
 def _is_numpy(xp) -> bool:
@@ -27,13 +39,13 @@ def _indices(xp, idx, dim):
     return xp.where(idx < 0, idx + dim, idx)
 
 
-def gather(xp, inputs, attrs, ctx):
+def gather(xp, inputs, attrs, ctx, host=_numpy_host):
     x, idx = inputs[0], inputs[1]
     axis = int(attrs.get("axis", 0)) % x.ndim
     return [xp.take(x, _indices(xp, idx, x.shape[axis]), axis=axis)]
 
 
-def gather_elements(xp, inputs, attrs, ctx):
+def gather_elements(xp, inputs, attrs, ctx, host=_numpy_host):
     x, idx = inputs[0], inputs[1]
     axis = int(attrs.get("axis", 0)) % x.ndim
     return [xp.take_along_axis(x, _indices(xp, idx, x.shape[axis]), axis=axis)]
@@ -45,7 +57,7 @@ def _scatter_targets(xp, idx, axis):
     return tuple(grid)
 
 
-def scatter_elements(xp, inputs, attrs, ctx):
+def scatter_elements(xp, inputs, attrs, ctx, host=_numpy_host):
     x, idx, upd = inputs[0], inputs[1], inputs[2]
     axis = int(attrs.get("axis", 0)) % x.ndim
     red = attrs.get("reduction", "none")
@@ -64,24 +76,41 @@ def scatter_elements(xp, inputs, attrs, ctx):
     return [out]
 
 
-def constant_of_shape(xp, inputs, attrs, ctx):
+def constant_of_shape(xp, inputs, attrs, ctx, host=_numpy_host):
     shape = ctx.output_shapes[0] if ctx.output_shapes else None
     if shape is None:
         return None
     value = attrs.get("value")
     if value is None:
         return [xp.zeros(shape, np.float32)]
-    value = value.reshape(-1)[:1] if hasattr(value, "reshape") else np.asarray(value).reshape(-1)[:1]
+    if isinstance(value, np.ndarray) or not hasattr(value, "reshape"):   # on the host: fill with the scalar
+        value = np.asarray(value).reshape(-1)
+        out = xp.empty(shape, value.dtype)
+        out.fill(value[0].item())
+        return [out]
     out = xp.empty(shape, value.dtype)
-    out[...] = xp.asarray(value).reshape(())       # a device-side broadcast: no host read of the value
+    out[...] = value.reshape(-1)[0]               # a device-side broadcast: no host read of the value
     return [out]
 
 
-def concat(xp, inputs, attrs, ctx):
-    return [xp.concatenate([x for x in inputs if x is not None], axis=int(attrs.get("axis", 0)))]
+def concat(xp, inputs, attrs, ctx, host=_numpy_host):
+    """Slice assignments into one output (``cupy.concatenate`` of several arrays uploads a table of
+    their addresses from the host, which a captured CUDA graph refuses)."""
+    arrays = [x for x in inputs if x is not None]
+    axis = int(attrs.get("axis", 0)) % arrays[0].ndim
+    shape = list(arrays[0].shape)
+    shape[axis] = sum(int(x.shape[axis]) for x in arrays)
+    out = xp.empty(tuple(shape), xp.result_type(*arrays))
+    at = 0
+    for x in arrays:
+        index = [slice(None)] * out.ndim
+        index[axis] = slice(at, at + x.shape[axis])
+        out[tuple(index)] = x
+        at += x.shape[axis]
+    return [out]
 
 
-def split(xp, inputs, attrs, ctx):
+def split(xp, inputs, attrs, ctx, host=_numpy_host):
     x = inputs[0]
     axis = int(attrs.get("axis", 0)) % x.ndim
     shapes = ctx.output_shapes
@@ -97,12 +126,12 @@ def split(xp, inputs, attrs, ctx):
     return outs if at == x.shape[axis] else None
 
 
-def global_average_pool(xp, inputs, attrs, ctx):
+def global_average_pool(xp, inputs, attrs, ctx, host=_numpy_host):
     x = inputs[0]
     return [x.astype(np.float64).mean(axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)]
 
 
-def softmax_cross_entropy_loss(xp, inputs, attrs, ctx):
+def softmax_cross_entropy_loss(xp, inputs, attrs, ctx, host=_numpy_host):
     """As the reference: float64 log-softmax over axis 1, weighted NLL, mean over the kept weights."""
     x, target = inputs[0], inputs[1]
     weight = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
@@ -128,7 +157,7 @@ def softmax_cross_entropy_loss(xp, inputs, attrs, ctx):
     return [loss.astype(x.dtype), logp.astype(x.dtype)]
 
 
-def max_pool(xp, inputs, attrs, ctx):
+def max_pool(xp, inputs, attrs, ctx, host=_numpy_host):
     """2-D MaxPool and its flat argmax indices (first maximum of the window in row-major order, as
     the reference's ``argmax``); padding and windows past the edge never win."""
     x = inputs[0]
@@ -164,6 +193,46 @@ def max_pool(xp, inputs, attrs, ctx):
     return [best, idx + base[:, :, None, None]]
 
 
+def slice_(xp, inputs, attrs, ctx, host=_numpy_host):
+    """ONNX Slice (opset ≥ 10) with constant starts, ends, axes and steps."""
+    x = inputs[0]
+    if ctx.opset < 10:
+        return None
+    args = [host(inputs[i]) if len(inputs) > i else None for i in range(1, 5)]
+    if any(a is None and len(inputs) > i + 1 and inputs[i + 1] is not None for i, a in enumerate(args)):
+        return None
+    starts, ends = [int(v) for v in args[0].reshape(-1)], [int(v) for v in args[1].reshape(-1)]
+    axes = [int(v) for v in args[2].reshape(-1)] if args[2] is not None else list(range(len(starts)))
+    steps = [int(v) for v in args[3].reshape(-1)] if args[3] is not None else [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for s_, e, a, st in zip(starts, ends, axes, steps):
+        a = a % x.ndim
+        index[a] = _slice_bounds(s_, e, st, x.shape[a])
+    return [x[tuple(index)].copy()]
+
+
+def pad(xp, inputs, attrs, ctx, host=_numpy_host):
+    """ONNX Pad with constant pads (and value, axes): crop the negative pads, pad the rest."""
+    x = inputs[0]
+    hosted = [None] + [host(v) for v in inputs[1:]]
+    if any(h is None and v is not None for h, v in zip(hosted[1:], inputs[1:])):
+        return None
+    pads, value, axes = _pad_args(hosted, attrs, ctx)
+    axes = list(range(x.ndim)) if axes is None else [a % x.ndim for a in axes]
+    k = len(axes)
+    width = [[0, 0] for _ in range(x.ndim)]
+    for i, a in enumerate(axes):
+        width[a] = [int(pads[i]), int(pads[i + k])]
+    x = x[tuple(slice(max(-lo, 0), x.shape[d] - max(-hi, 0)) for d, (lo, hi) in enumerate(width))]
+    width = [(max(lo, 0), max(hi, 0)) for lo, hi in width]
+    mode = attrs.get("mode", "constant")
+    if mode == "constant":
+        return [xp.pad(x, width, mode="constant", constant_values=np.asarray(value).astype(x.dtype).item())]
+    if mode not in ("reflect", "edge", "wrap"):
+        return None
+    return [xp.pad(x, width, mode=mode)]
+
+
 OPS = {
     ("", "Gather"): gather,
     ("", "GatherElements"): gather_elements,
@@ -174,4 +243,6 @@ OPS = {
     ("", "GlobalAveragePool"): global_average_pool,
     ("", "SoftmaxCrossEntropyLoss"): softmax_cross_entropy_loss,
     ("", "MaxPool"): max_pool,
+    ("", "Slice"): slice_,
+    ("", "Pad"): pad,
 }

@@ -58,6 +58,7 @@ def _contiguous(x):
 def run(fn, weights, buffers, outputs, args):
     """One step (``_step``/``_forward`` of model.py); see the module docstring for the graph. The
     cache holds the Model's buffer lists themselves, so their ids stay theirs while it lives."""
+    _remember_constants(weights)
     if not GRAPHS or outputs is None:
         return fn(weights, buffers, outputs, *args)
     key = (fn, id(buffers), id(outputs))
@@ -451,6 +452,28 @@ def view(buffer, shape, dtype, kind="empty", fill=0):
 
 
 _DEVICE = None
+_CONSTANTS: dict = {}      # id(device array) -> (that array, its host copy): small constant weights
+_WEIGHT_SETS: dict = {}    # id(weights dict) -> the dict (kept, so the ids above stay theirs)
+SMALL_CONSTANT = 64        # elements: weights up to this size keep a host copy (Slice starts, Pad pads)
+
+
+def _remember_constants(weights):
+    """Host copies of the small weights, read once before the first step runs (never while a graph
+    is captured). Weights are graph constants: the step never writes them."""
+    if id(weights) in _WEIGHT_SETS:
+        return
+    _WEIGHT_SETS[id(weights)] = weights
+    for value in weights.values():
+        if isinstance(value, cp.ndarray) and value.size <= SMALL_CONSTANT:
+            _CONSTANTS[id(value)] = (value, cp.asnumpy(value))
+
+
+def host_value(x):
+    """The host copy of ``x`` when it is a small constant weight (or already on the host), else None."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    entry = _CONSTANTS.get(id(x))
+    return entry[1] if entry is not None and entry[0] is x else None
 
 
 def _device_op(fn):
@@ -479,7 +502,7 @@ def reference(fn, inputs, attrs, ctx):
     outputs go up."""
     impl = _device_op(fn)
     if impl is not None and all(x is None or isinstance(x, cp.ndarray) for x in inputs):
-        got = impl(cp, list(inputs), attrs, ctx)
+        got = impl(cp, list(inputs), attrs, ctx, host_value)
         if got is not None:
             return got
     host = [to_host(x) for x in inputs]

@@ -39,6 +39,7 @@ CASES = {   # name: (op, inputs, attrs)
     "constant_of_shape_int": ("ConstantOfShape", [np.array([4], np.int64)], {"value": np.array([7], np.int64)}),
     "constant_of_shape_default": ("ConstantOfShape", [np.array([3, 1], np.int64)], {}),
     "concat": ("Concat", [_f(2, 3), _f(2, 1), _f(2, 4)], {"axis": -1}),
+    "concat_ints_axis0": ("Concat", [np.arange(6).reshape(2, 3), np.arange(3).reshape(1, 3)], {"axis": 0}),
     "split_sizes": ("Split", [_f(3, 10), np.array([2, 5, 3], np.int64)], {"axis": 1}),
     "split_equal": ("Split", [_f(6, 2)], {"axis": 0}),
     "global_average_pool": ("GlobalAveragePool", [_f(2, 3, 5, 7)], {}),
@@ -56,18 +57,34 @@ CASES = {   # name: (op, inputs, attrs)
     "maxpool_ceil": ("MaxPool", [_f(1, 2, 7, 7)], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
     "maxpool_ceil_ties": ("MaxPool", [_pool_ties(1, 3, 5, 5)], {"kernel_shape": [3, 3], "strides": [2, 2],
                                                                 "ceil_mode": 1, "pads": [1, 1, 0, 0]}),
+    "slice_steps_axes": ("Slice", [_f(5, 6, 4), np.array([1, -1], np.int64), np.array([4, -7], np.int64),
+                                   np.array([0, -2], np.int64), np.array([2, -2], np.int64)], {}),
+    "slice_starts_ends_only": ("Slice", [_f(6, 3), np.array([-4], np.int64), np.array([100], np.int64)], {}),
+    "slice_conv_crop": ("Slice", [_f(2, 3, 7, 7), np.array([0, 0], np.int64), np.array([5, 5], np.int64),
+                                  np.array([2, 3], np.int64)], {}),
+    "pad_constant_value": ("Pad", [_f(2, 3, 4), np.array([0, 1, 2, 0, 0, 1], np.int64), np.array(0.5, np.float32)],
+                           {"mode": "constant"}),
+    "pad_negative_crops": ("Pad", [_f(4, 5), np.array([-1, 2, 0, -2], np.int64)], {}),
+    "pad_reflect": ("Pad", [_f(1, 2, 5, 5), np.array([0, 0, 2, 1, 0, 0, 1, 2], np.int64)], {"mode": "reflect"}),
+    "pad_edge_axes": ("Pad", [_f(3, 4), np.array([1, 2], np.int64), None, np.array([-1], np.int64)],
+                      {"mode": "edge"}),
 }
-EXACT_DTYPES = "iub"
+OPSET = {"pad_edge_axes": 18}
 
 
 def _run(name, xp):
     op, inputs, attrs = CASES[name]
-    want = lookup("", op)(list(inputs), dict(attrs), OpContext(opset=17))
-    ctx = OpContext(opset=17, n_outputs=len(want), output_shapes=tuple(w.shape for w in want),
+    opset = OPSET.get(name, 17)
+    want = lookup("", op)(list(inputs), dict(attrs), OpContext(opset=opset))
+    ctx = OpContext(opset=opset, n_outputs=len(want), output_shapes=tuple(w.shape for w in want),
                     output_dtypes=tuple(w.dtype for w in want), label=name)
-    dev = [xp.asarray(x) for x in inputs]
-    dev_attrs = {k: xp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
-    got = device_ops.OPS[("", op)](xp, dev, dev_attrs, ctx)
+    dev = [None if x is None else xp.asarray(x) for x in inputs]
+    # as the CUDA library: small inputs (graph constants there) have a host copy, the rest do not
+    shadow = {id(d): x for d, x in zip(dev, inputs) if x is not None and x.size <= 64}
+    # tensor attributes on the device, except for one case that keeps them on the host (both happen)
+    dev_attrs = {k: xp.asarray(v) if isinstance(v, np.ndarray) and name != "constant_of_shape_int" else v
+                 for k, v in attrs.items()}
+    got = device_ops.OPS[("", op)](xp, dev, dev_attrs, ctx, lambda v: shadow.get(id(v)))
     assert got is not None, f"{name}: the device version declined a case it should handle"
     return [np.asarray(g.get() if hasattr(g, "get") else g) for g in got], want
 
@@ -101,6 +118,11 @@ def test_cases_it_does_not_handle_fall_back_to_the_host():
     assert device_ops.max_pool(np, [x], {"kernel_shape": [2, 2, 2]}, ctx) is None
     ctx = OpContext(opset=17, output_shapes=(None,))
     assert device_ops.constant_of_shape(np, [np.array([2], np.int64)], {}, ctx) is None
+    # starts computed on the device (no host copy): Slice declines rather than read them back
+    ctx = OpContext(opset=17, output_shapes=((2, 3),))
+    starts, ends = np.array([0], np.int64), np.array([2], np.int64)
+    assert device_ops.slice_(np, [_f(4, 3), starts, ends], {}, ctx, lambda v: None) is None
+    assert device_ops.pad(np, [_f(4, 3), np.array([1, 0, 0, 0], np.int64)], {}, ctx, lambda v: None) is None
 
 
 def test_the_exported_cuda_library_dispatches_to_them():
@@ -122,3 +144,8 @@ def test_device_versions_on_a_device():
     for name in sorted(CASES):
         got, want = _run(name, cupy)
         _compare(name, got, want)
+    from codegen.cupy_cuda import library
+    small, big = cupy.arange(3), cupy.zeros(library.SMALL_CONSTANT + 1)
+    library._remember_constants({"small": small, "big": big})
+    assert library.host_value(small).tolist() == [0, 1, 2] and library.host_value(big) is None
+    assert library.host_value(cupy.arange(3)) is None          # an equal array that is not the weight
