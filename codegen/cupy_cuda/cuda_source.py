@@ -322,15 +322,17 @@ def points_kernel(m: MapNode, graph: Graph, *, storage: str | None = None) -> Cu
     return finish(k, "\n".join(k.lines), "", launch("points", (BLOCK, 1), BLOCK, k.extents, len(m.params)))
 
 
-def finish(k: _Cuda, body: str, bounds: str, how: Launch) -> CudaKernel:
-    """The kernel record: PRELUDE + signature + body, named by the hash of its text."""
+def finish(k: _Cuda, body: str, bounds: str, how: Launch, module_globals: str = "",
+           threads: int | None = None) -> CudaKernel:
+    """The kernel record: PRELUDE (+ module-scope device variables) + signature + body, named by the
+    hash of its text."""
     sig = _signature(k, "KERNEL")
     if bounds:
         sig = sig.replace(" void KERNEL(", f" void {bounds} KERNEL(", 1)
-    text = PRELUDE + "\n" + sig + " {\n" + body + "\n}\n"
+    text = PRELUDE + "\n" + module_globals + sig + " {\n" + body + "\n}\n"
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     text = text.replace(" KERNEL(", f" {name}(", 1)
     init = {c: output_init(k.m, c, k.graph) for c in k.written}
     dtypes = {c: k.dtype(c) for c in k.arrays}
     return CudaKernel(name, text, (), tuple(k.arrays), tuple(k.written), tuple(k.extents), False, init,
-                      storage=dtypes, threads=len(k.m.params), launch=how)
+                      storage=dtypes, threads=len(k.m.params) if threads is None else threads, launch=how)

@@ -69,6 +69,9 @@ from ir.nodes import MapNode, Tasklet
 SHUFFLE_TYPES = ("float32", "float64", "int32", "int64")
 CACHE_STEPS = 8            # at most this many points of a row per thread for the unrolled, cached loops
 CACHE_REGISTERS = 48       # at most this many cached values per thread (K per cached element)
+SPLIT_MIN = 1 << 16        # a row this long, in a kernel of at most SPLIT_MAX_ROWS rows, is split over blocks
+SPLIT_MAX_ROWS = 64
+SPLIT_ELEMS_PER_THREAD = 8
 ROWS_PER_SUMMING_BLOCK = 4  # rows a block takes when it sums into elements shared by all rows
 MIN_SUMMING_BLOCKS = 256    # …while keeping at least this many blocks
 LEADER = {"rows": "threadIdx.x == 0", "warp_rows": "threadIdx.x == 0", "columns": "active && threadIdx.y == 0"}
@@ -118,9 +121,10 @@ def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKer
     k.line(f"// {plan.kind}: block ({x}, {y}); the longest nested map has {plan.row_length} points")
     at = len(k.lines)
     cache = _RowCache.plan(k, plan, [s for s in m.body if isinstance(s, MapNode)])
+    split = _Split.plan(k, plan, m) if cache is None else None
     if cache is not None and cache.rows > 1:
         cache.open_rows(k)
-    _params(k, plan, cache)
+    _params(k, plan, cache, split)
     _declare_locals(k, m)
     if cache is not None:
         cache.declare(k)
@@ -128,19 +132,23 @@ def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKer
     nested = iter(plan.targets)
     for stmt in m.body:
         if isinstance(stmt, MapNode):
-            _strided(k, plan, stmt, next(nested), slots, cache)
+            _strided(k, plan, stmt, next(nested), slots, cache, split)
         else:
             _guarded(k, plan, stmt)
-    per_block = plan.per_block
+    per_block, threads = plan.per_block, len(m.params)
     if cache is not None and cache.rows > 1:
         cache.close_rows(k, plan)
         per_block = cache.rows
+    if split is not None:            # the blocks of a row are one more (virtual) extent of the grid
+        k.extents.append(split.blocks)
+        threads += 1
     k.lines[at:at] = ["  " + d for d in slots.decls]
-    how = launch(plan.kind, plan.block, per_block, k.extents, len(m.params), slots.bytes)
-    return finish(k, "\n".join(k.lines), f"__launch_bounds__({x * y})", how)
+    how = launch(plan.kind, plan.block, per_block, k.extents, threads, slots.bytes)
+    return finish(k, "\n".join(k.lines), f"__launch_bounds__({x * y})", how,
+                  split.globals() if split is not None else "", threads)
 
 
-def _params(k: _Cuda, plan: Plan, cache: _RowCache | None = None) -> None:
+def _params(k: _Cuda, plan: Plan, cache: _RowCache | None = None, split: _Split | None = None) -> None:
     """The map's params from the block (and, for warp rows, the warp) index; the last one fastest."""
     counts = []
     for p, r in k.m.params:
@@ -153,6 +161,10 @@ def _params(k: _Cuda, plan: Plan, cache: _RowCache | None = None) -> None:
         k.line("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;")
         k.line(f"long long rest = (long long)blockIdx.x * {cache.rows} + rr;")
         k.line(f"if (rest >= {total}) break;       // uniform across the block: no barrier is skipped by some")
+    elif plan.kind == "rows" and split is not None:
+        k.line("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;")
+        k.line(f"const long long row = blockIdx.x / {split.blocks}; const int chunk = blockIdx.x % {split.blocks};")
+        k.line("long long rest = row;")
     elif plan.kind == "rows":
         k.line("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;")
         k.line("long long rest = blockIdx.x;")
@@ -185,7 +197,7 @@ def _guarded(k: _Cuda, plan: Plan, t: Tasklet) -> None:
 
 
 def _strided(k: _Cuda, plan: Plan, n: MapNode, targets: tuple[Target, ...], slots: _Slots,
-             cache: _RowCache | None) -> None:
+             cache: _RowCache | None, split: _Split | None = None) -> None:
     """Nested map ``n`` strided over the block's threads, then its reductions."""
     k.line(f"{{  // nested map over {', '.join(p for p, _ in n.params)}: strided over the block's threads")
     k.depth += 1
@@ -195,9 +207,11 @@ def _strided(k: _Cuda, plan: Plan, n: MapNode, targets: tuple[Target, ...], slot
         name = slots.partial()
         partials[(tg.container, tg.subset)] = (name, dt, tg)
         k.line(f"{C_TYPES[dt]} {name} = {_identity(tg.wcr, dt)};")
-    _loop(k, plan, n, partials, cache)
+    _loop(k, plan, n, partials, cache, split)
     if partials:
         _reduce(k, plan, partials, slots)
+    if split is not None:
+        split.combine(k, plan, partials, slots)
     for name, dt, tg in partials.values():
         _combine_into(k, plan, tg, name)
     k.depth -= 1
@@ -226,7 +240,8 @@ def _stride(plan: Plan) -> tuple[str, int]:
             "columns": ("threadIdx.y", plan.block[1])}[plan.kind]
 
 
-def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: _RowCache | None = None) -> None:
+def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: _RowCache | None = None,
+          split: _Split | None = None) -> None:
     counts = _counts(k, n)
     total = 1
     for *_, c in counts:
@@ -234,7 +249,11 @@ def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: _RowCache | N
     ix = "long long" if total >= 2**31 else "int"
     first, stride = _stride(plan)
     cond = "active && " if plan.kind == "columns" else ""
-    if cache is None:
+    if split is not None:            # this block's chunk of the row
+        k.line(f"const {ix} lo = ({ix})chunk * {split.chunk};")
+        k.line(f"for ({ix} j = lo + {first}; j < {total} && j < lo + {split.chunk}; j += {stride}) {{")
+        k.depth += 1
+    elif cache is None:
         k.line(f"for ({ix} j = {first}; {cond}j < {total}; j += {stride}) {{")
         k.depth += 1
     else:
@@ -287,6 +306,66 @@ def _owned_by_row(k: _Cuda, mem: Memlet) -> bool:
     """Whether ``mem``'s index moves with the map's own params (each row its own element)."""
     top = {p for p, _ in k.m.params}
     return any(E.free_vars(ix) & top for ix in (mem.subset or ()) if not isinstance(ix, Range))
+
+
+class _Split:
+    """A long row (a full reduction: the loss) split over ``blocks`` blocks. Before, one block of
+    1,024 threads walked all of it: 106 µs for the 3.15 MB loss sum of the BERT-base step on an
+    H100 (30 GB/s, 5 % of the step). Each block now reduces one chunk, its thread 0 stores the
+    partial in a module-scope ``__device__`` array and counts itself in; the last block to arrive
+    combines the partials in chunk order (deterministic), resets the count for the next launch
+    (so a captured graph replays), and alone runs the statements after the nested map."""
+
+    def __init__(self, rows: int, blocks: int, chunk: int) -> None:
+        self.rows, self.blocks, self.chunk = rows, blocks, chunk
+        self.arrays: list[tuple[str, str]] = []     # (name, C type) of the partials' scratch arrays
+
+    @classmethod
+    def plan(cls, k: _Cuda, plan: Plan, m: MapNode) -> _Split | None:
+        nested = [s for s in m.body if isinstance(s, MapNode)]
+        if plan.kind != "rows" or len(nested) != 1 or m.body[0] is not nested[0]:
+            return None
+        rows = 1
+        for _, r in m.params:
+            start, stop, step = range_bounds(r, k.graph.bindings)
+            rows *= max(0, -(-(stop - start) // step))
+        threads = plan.block[0]
+        if not 0 < rows <= SPLIT_MAX_ROWS or plan.row_length < SPLIT_MIN:
+            return None
+        blocks = min(threads, -(-plan.row_length // (threads * SPLIT_ELEMS_PER_THREAD)))
+        if blocks < 2:
+            return None
+        chunk = -(-plan.row_length // blocks)
+        chunk = -(-chunk // threads) * threads                 # whole strides: every block starts at a lane 0
+        return cls(rows, -(-plan.row_length // chunk), chunk)
+
+    def globals(self) -> str:
+        decls = [f"__device__ {ct} {name}[{self.rows * self.blocks}];" for name, ct in self.arrays]
+        decls.append(f"__device__ unsigned int dcs_count[{self.rows}] = {{0}};   // blocks done, per row")
+        return "\n".join(decls) + "\n"
+
+    def combine(self, k: _Cuda, plan: Plan, partials: dict, slots: _Slots) -> None:
+        """After the block's own reduction: publish it; the last block of the row reduces them all."""
+        slots.decls.append("__shared__ bool dcs_last;")
+        stores = []
+        for name, dt, _ in partials.values():
+            scratch = f"dcs_p{len(self.arrays)}"
+            self.arrays.append((scratch, C_TYPES[dt]))
+            stores.append((scratch, name, dt))
+        k.line("if (threadIdx.x == 0) {")
+        for scratch, name, _ in stores:
+            k.line(f"  {scratch}[row * {self.blocks} + chunk] = {name};")
+        k.line("  __threadfence();       // the partial is visible before the count says so")
+        k.line(f"  dcs_last = atomicAdd(&dcs_count[row], 1u) == {self.blocks - 1}u;")
+        k.line("}")
+        k.line("__syncthreads();")
+        k.line("if (!dcs_last) return;   // uniform: the whole block leaves")
+        k.line("__threadfence();")
+        for (scratch, name, dt), (_, _, tg) in zip(stores, partials.values()):
+            k.line(f"{name} = threadIdx.x < {self.blocks} ? __ldcg(&{scratch}[row * {self.blocks} + threadIdx.x])"
+                   f" : {_identity(tg.wcr, dt)};")
+        _reduce(k, plan, partials, slots)
+        k.line("if (threadIdx.x == 0) { dcs_count[row] = 0; }   // ready for the next launch")
 
 
 class _RowCache:

@@ -62,6 +62,8 @@ template <typename T> T dcs_exchange_with(T v, unsigned src_lane) {
 template <typename T> T __shfl_xor_sync(unsigned, T v, int o) { return dcs_exchange_with(v, (dcs_linear % 32) ^ o); }
 template <typename T> T __shfl_sync(unsigned, T v, int src) { return dcs_exchange_with(v, src); }
 
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <typename T> T __ldcg(const T* p) { return *p; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 template <typename T> T atomicAdd(T* p, T v) { std::lock_guard<std::mutex> g(dcs_atomic_mutex); T o = *p; *p = o + v; return o; }
@@ -112,30 +114,35 @@ def available() -> str | None:
     return None if shutil.which("g++") else "g++ is not installed (the host emulation of CUDA kernels needs it)"
 
 
-def _main(ks, arrays: dict[str, np.ndarray]) -> str:
+def _main(ks, arrays: dict[str, np.ndarray], launches: int = 1) -> str:
     from codegen.cupy_cuda.cuda_source import C_TYPES
     lines = ["int main(int argc, char** argv) {"]
     args = []
     nbytes = {c: arrays[c].size * np.dtype(NUMPY[ks.storage[c]]).itemsize for c in ks.arrays}
     for i, c in enumerate(ks.arrays):
-        ctype = C_TYPES[ks.storage[c]]
-        lines.append(f"  {ctype}* a{i} = ({ctype}*)dcs_read(argv[{i + 1}], {nbytes[c]});")
+        lines.append(f"  {C_TYPES[ks.storage[c]]}* a{i} = nullptr;")
         args.append(f"a{i}")
     args += [f"{int(n)}LL" for n in ks.extents]
     how = ks.launch
-    lines.append(f"  dcs_run({how.grid}, {how.block[0]}, {how.block[1]}, [=] {{ {ks.name}({', '.join(args)}); }});")
+    # every launch starts from the arrays as given (module-scope __device__ variables persist between them)
+    lines.append(f"  for (int launch = 0; launch < {launches}; ++launch) {{")
+    for i, c in enumerate(ks.arrays):
+        lines.append(f"    a{i} = ({C_TYPES[ks.storage[c]]}*)dcs_read(argv[{i + 1}], {nbytes[c]});")
+    lines.append(f"    dcs_run({how.grid}, {how.block[0]}, {how.block[1]}, [=] {{ {ks.name}({', '.join(args)}); }});")
+    lines.append("  }")
     for i, c in enumerate(ks.arrays):
         if c in ks.outputs:
             lines.append(f"  dcs_write(argv[{i + 1}], (const char*)a{i}, {nbytes[c]});")
     return "\n".join(lines + ["  return 0;", "}"])
 
 
-def emulate(ks, arrays: dict[str, np.ndarray], workdir: Path) -> dict[str, np.ndarray]:
+def emulate(ks, arrays: dict[str, np.ndarray], workdir: Path, launches: int = 1) -> dict[str, np.ndarray]:
     """Run kernel ``ks`` on ``arrays`` (every container it touches, outputs pre-initialized as the
-    program allocates them) and return its outputs."""
+    program allocates them) and return its outputs — of the last of ``launches`` launches, each on
+    the arrays as given, in one process (so state a kernel keeps between launches is exercised)."""
     kernel = "\n".join(line for line in ks.source.splitlines() if not line.startswith("#include <cuda_"))
     src = workdir / f"{ks.name}.cpp"
-    src.write_text(HEADER + kernel + RUNNER + _main(ks, arrays), encoding="utf-8")
+    src.write_text(HEADER + kernel + RUNNER + _main(ks, arrays, launches), encoding="utf-8")
     exe = workdir / ks.name
     subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(exe), str(src)], check=True,
                    capture_output=True, text=True)

@@ -108,9 +108,15 @@ def test_bias_gradient_is_a_column_reduction(recipe):
     assert body.count("if (active && threadIdx.y == 0)") == 3       # m, v and the bias itself
 
 
-def test_a_full_reduction_is_one_block(recipe):
+def test_a_full_reduction_is_split_over_blocks(recipe):
     ks = kernel_source(recipe.nodes[REDUCE_MEAN], recipe)
-    assert ks.launch.kind == "rows" and ks.launch.grid == 1 and ks.launch.block == (1024, 1)
+    body = _body(ks)
+    # 786,432 points: 96 blocks of 1,024 threads take 8,192 each; the last to finish combines them
+    assert ks.launch.kind == "rows" and ks.launch.grid == 96 and ks.launch.block == (1024, 1)
+    assert ks.extents == (96,) and ks.threads == 1
+    assert "__device__ float dcs_p0[96];" in body and "__device__ unsigned int dcs_count[1] = {0};" in body
+    assert "atomicAdd(&dcs_count[row], 1u) == 95u" in body and "if (!dcs_last) return;" in body
+    assert body.index("dcs_count[row] = 0;") < body.index("a1[0] =")     # reset before the result
 
 
 def test_points_schedule_and_other_maps_keep_one_thread_per_point(recipe):
@@ -247,7 +253,11 @@ CASES = {   # name: (graph builder, expected launch kind)
     "column_max_lead": (lambda: _graph("ReduceMax", [3, 77, 9], [3, 9], axes=[1], keepdims=0), "columns"),
     "prod_warp": (lambda: _graph("ReduceProd", [3, 40], [3], axes=[1], keepdims=0), "warp_rows"),
     "mean_all": (lambda: _graph("ReduceMean", [4, 50, 30], [], axes=[0, 1, 2], keepdims=0), "rows"),
+    # rows of ≥ 65,536 points split over blocks; the last block of each row combines the partials
+    "mean_all_split": (lambda: _graph("ReduceMean", [2, 300, 128], [], axes=[0, 1, 2], keepdims=0), "rows"),
+    "sum_rows_split": (lambda: _graph("ReduceSum", [3, 65600], [3], inits=_axes(1), keepdims=0), "rows"),
 }
+SPLIT = {"mean_all_split": 10, "sum_rows_split": 9}     # blocks per row
 NEAR_ONE = {"prod_warp"}          # a product of 40 standard normals under- and overflows; of values near 1 not
 
 
@@ -289,7 +299,12 @@ def test_block_kernels_compute_the_reference_in_host_emulation(emulator, tmp_pat
     ks, arrays, want = _case(name)
     assert ks.launch.kind == CASES[name][1]
     assert ks.launch.per_block == (4 if name == "layernorm_grad_summing_blocks" else ks.launch.per_block)
-    _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path), want, 2e-6)
+    assert ("dcs_count" in ks.source) == (name in SPLIT)
+    if name in SPLIT:
+        rows = int(np.prod(ks.extents[:-1], dtype=np.int64))
+        assert ks.extents[-1] == SPLIT[name] and ks.launch.grid == rows * SPLIT[name]
+    # twice in one process: a split row's block count must be back at zero for the next launch
+    _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path, launches=2 if name in SPLIT else 1), want, 2e-6)
 
 
 @pytest.mark.parametrize("name", ["softmax_rows", "layernorm_rows", "column_sum"])
