@@ -135,16 +135,11 @@ def softmax_cross_entropy_loss(xp, inputs, attrs, ctx, host=_numpy_host):
     """As the reference: float64 log-softmax over axis 1, weighted NLL, mean over the kept weights."""
     x, target = inputs[0], inputs[1]
     weight = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
-    ignore = attrs.get("ignore_index")
     red = attrs.get("reduction", "mean")
     xd = x.astype(np.float64)
     s = xd - xd.max(axis=1, keepdims=True)
     logp = s - xp.log(xp.exp(s).sum(axis=1, keepdims=True))
-    t = target.astype(np.int64)
-    keep = xp.ones(t.shape, dtype=bool) if ignore is None else t != int(ignore)
-    safe = xp.clip(xp.where(keep, t, 0), 0, x.shape[1] - 1)
-    w = xp.ones(t.shape, np.float64) if weight is None else weight.astype(np.float64)[safe]
-    w = xp.where(keep, w, 0.0)
+    w, safe = _target_weights(xp, target, weight, x.shape[1], attrs.get("ignore_index"))
     picked = xp.take_along_axis(logp, safe[:, None], axis=1)[:, 0]
     loss = -picked * w
     if red == "sum":
@@ -155,6 +150,37 @@ def softmax_cross_entropy_loss(xp, inputs, attrs, ctx, host=_numpy_host):
     elif red != "none":
         return None
     return [loss.astype(x.dtype), logp.astype(x.dtype)]
+
+
+def _target_weights(xp, target, weight, classes, ignore):
+    """(per-element float64 weight, 0 where ignored; targets clipped into [0, classes)), as the reference."""
+    t = target.astype(np.int64)
+    keep = xp.ones(t.shape, dtype=bool) if ignore is None else t != int(ignore)
+    safe = xp.clip(xp.where(keep, t, 0), 0, classes - 1)
+    w = xp.ones(t.shape, np.float64) if weight is None else weight.astype(np.float64)[safe]
+    return xp.where(keep, w, 0.0), safe
+
+
+def softmax_cross_entropy_loss_grad(xp, inputs, attrs, ctx, host=_numpy_host):
+    """com.microsoft SoftmaxCrossEntropyLossGrad (dY, log_prob, label, [weight], [ignore_index])."""
+    dy, logp, label = inputs[0], inputs[1], inputs[2]
+    weight = inputs[3] if len(inputs) > 3 else None
+    ignore = attrs.get("ignore_index")
+    if len(inputs) > 4 and inputs[4] is not None:
+        value = host(inputs[4])
+        if value is None:
+            return None
+        ignore = int(np.asarray(value).reshape(-1)[0])
+    w, safe = _target_weights(xp, label, weight, logp.shape[1], ignore)
+    red = attrs.get("reduction", "mean")
+    if red == "none":
+        scale = w * dy.astype(np.float64)
+    else:
+        total = w.sum() if red == "mean" else xp.zeros((), np.float64)
+        scale = w * dy.reshape(-1)[0].astype(np.float64) / xp.where(total != 0, total, 1.0)
+    classes = xp.arange(logp.shape[1]).reshape((1, -1) + (1,) * (logp.ndim - 2))
+    onehot = (classes == safe[:, None]).astype(np.float64)
+    return [((xp.exp(logp.astype(np.float64)) - onehot) * scale[:, None]).astype(logp.dtype)]
 
 
 def max_pool(xp, inputs, attrs, ctx, host=_numpy_host):
@@ -245,4 +271,5 @@ OPS = {
     ("", "MaxPool"): max_pool,
     ("", "Slice"): slice_,
     ("", "Pad"): pad,
+    ("com.microsoft", "SoftmaxCrossEntropyLossGrad"): softmax_cross_entropy_loss_grad,
 }

@@ -11,7 +11,9 @@ Run on the device machine (``README.md`` beside this file says how) over a kit b
 - ``bert``: the BERT-base layer training step after the recipe: each of its kernels timed with
   CUDA events over a captured graph of repeated launches against a same-run device-to-device copy
   of the same bytes, then the whole step (plain and as a captured CUDA graph) against PyTorch
-  eager and ``torch.compile`` on the same GPU, interleaved (``bert.json``).
+  eager and ``torch.compile`` on the same GPU, interleaved (``bert.json``);
+- ``variants``: that step's row kernels printed with one launch-shape knob changed at a time and
+  timed the same way (``variants.py``, ``variants.json``).
 
 The last lines printed are a short table (the tool returns the end of the output).
 """
@@ -322,11 +324,23 @@ def bert(out: Path, work: Path, budget_end: float) -> dict:
     return doc
 
 
+def variants_phase(kit: Path, work: Path, out: Path) -> str:
+    """The launch-shape variants of the BERT-base step's row kernels (``variants.py``)."""
+    import cupy as cp
+    from codegen.program.prepare import lower_for_codegen
+    from studio.export_cmd import load_with_history
+    from tests.bench.gpu import variants
+    row = next(r for r in json.loads((kit / "cases.json").read_text()) if r["case"] == "bert_base_layer_recipe")
+    model = rebuild(kit, row, work)
+    graph, _ = load_with_history(str(model), str(kit / row["history"]), [])
+    return variants.table(variants.run(cp, _graph_time, lower_for_codegen(graph), out))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("kit")
     ap.add_argument("out")
-    ap.add_argument("--phases", default="tests,sweep,bert")
+    ap.add_argument("--phases", default="tests,sweep,bert,variants")
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--budget", type=float, default=480, help="seconds; later phases shrink to fit")
@@ -358,6 +372,13 @@ def main(argv=None) -> int:
         except Exception:  # noqa: BLE001
             doc = {"error": traceback.format_exc()[-3000:]}
         (out / "bert.json").write_text(json.dumps(doc, indent=1))
+    variants_table = ""
+    if "variants" in phases and time.perf_counter() < end - 30:
+        try:
+            variants_table = variants_phase(kit, work, out)
+        except Exception:  # noqa: BLE001
+            variants_table = "variants failed:\n" + traceback.format_exc()[-2000:]
+        log("variants timed")
     if tests is not None:
         try:
             tests.wait(timeout=max(1, end - time.perf_counter()))
@@ -371,6 +392,9 @@ def main(argv=None) -> int:
               f"| graph: {' '.join(r.get('graph', []))[:160]}")
         for line in r.get("fails", []):
             print(f"       {line[:150]}")
+    if variants_table:
+        print("---- variants (µs, % of a same-run copy of the same bytes)")
+        print(variants_table)
     if doc:
         print("---- bert", json.dumps({k: v for k, v in doc.items() if k != "kernels"})[:2500])
         for k in sorted(doc.get("kernels", []), key=lambda k: -k.get("us", 0))[:25]:

@@ -4,6 +4,8 @@ a device where there is one (skipped here, with the reason). Data movement must 
 the loss and the average pool to float32 rounding."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -68,14 +70,33 @@ CASES = {   # name: (op, inputs, attrs)
     "pad_reflect": ("Pad", [_f(1, 2, 5, 5), np.array([0, 0, 2, 1, 0, 0, 1, 2], np.int64)], {"mode": "reflect"}),
     "pad_edge_axes": ("Pad", [_f(3, 4), np.array([1, 2], np.int64), None, np.array([-1], np.int64)],
                       {"mode": "edge"}),
+    "sce_grad_mean": ("com.microsoft/SoftmaxCrossEntropyLossGrad",
+                      [np.array(1.3, np.float32), np.log(np.abs(_f(6, 5)) / 3 + 0.01), RNG.integers(0, 5, 6)],
+                      {"reduction": "mean"}),
+    "sce_grad_weights_ignore_input": ("com.microsoft/SoftmaxCrossEntropyLossGrad",
+                                      [np.array(0.7, np.float32), np.log(np.abs(_f(4, 3, 2)) / 2 + 0.01),
+                                       np.array([[0, 2], [1, -1], [2, 2], [-1, 0]]), np.abs(_f(3)) + 0.1,
+                                       np.array(-1, np.int64)], {"reduction": "mean"}),
+    "sce_grad_none": ("com.microsoft/SoftmaxCrossEntropyLossGrad",
+                      [_f(4), np.log(np.abs(_f(4, 3)) / 2 + 0.01), RNG.integers(0, 3, 4)], {"reduction": "none"}),
+    "sce_grad_sum": ("com.microsoft/SoftmaxCrossEntropyLossGrad",
+                     [np.array(2.0, np.float32), np.log(np.abs(_f(4, 3)) / 2 + 0.01), RNG.integers(0, 3, 4)],
+                     {"reduction": "sum"}),
 }
 OPSET = {"pad_edge_axes": 18}
+TOLERANT = ("SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "GlobalAveragePool")
+
+
+def _op(name):
+    """(domain, op type) of case ``name``."""
+    op = CASES[name][0]
+    return tuple(op.split("/")) if "/" in op else ("", op)
 
 
 def _run(name, xp):
-    op, inputs, attrs = CASES[name]
+    _, inputs, attrs = CASES[name]
     opset = OPSET.get(name, 17)
-    want = lookup("", op)(list(inputs), dict(attrs), OpContext(opset=opset))
+    want = lookup(*_op(name))(list(inputs), dict(attrs), OpContext(opset=opset))
     ctx = OpContext(opset=opset, n_outputs=len(want), output_shapes=tuple(w.shape for w in want),
                     output_dtypes=tuple(w.dtype for w in want), label=name)
     dev = [None if x is None else xp.asarray(x) for x in inputs]
@@ -84,7 +105,7 @@ def _run(name, xp):
     # tensor attributes on the device, except for one case that keeps them on the host (both happen)
     dev_attrs = {k: xp.asarray(v) if isinstance(v, np.ndarray) and name != "constant_of_shape_int" else v
                  for k, v in attrs.items()}
-    got = device_ops.OPS[("", op)](xp, dev, dev_attrs, ctx, lambda v: shadow.get(id(v)))
+    got = device_ops.OPS[_op(name)](xp, dev, dev_attrs, ctx, lambda v: shadow.get(id(v)))
     assert got is not None, f"{name}: the device version declined a case it should handle"
     return [np.asarray(g.get() if hasattr(g, "get") else g) for g in got], want
 
@@ -93,7 +114,7 @@ def _compare(name, got, want):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype, f"{name}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
-        if CASES[name][0] in ("SoftmaxCrossEntropyLoss", "GlobalAveragePool"):
+        if _op(name)[1] in TOLERANT:
             np.testing.assert_allclose(g, w, rtol=2e-7, atol=0, err_msg=name)
         else:
             np.testing.assert_array_equal(g, w, err_msg=name)
@@ -106,10 +127,10 @@ def test_device_versions_match_the_reference_kernels_with_numpy(name):
 
 
 def test_every_device_op_has_a_reference_kernel_and_cases():
-    covered = {CASES[n][0] for n in CASES}
-    for domain, op in device_ops.OPS:
-        assert lookup(domain, op) is not None, op
-        assert op in covered, f"{op} has no case here"
+    covered = {_op(n) for n in CASES}
+    for key in device_ops.OPS:
+        assert lookup(*key) is not None, key
+        assert key in covered, f"{key} has no case here"
 
 
 def test_cases_it_does_not_handle_fall_back_to_the_host():
@@ -149,3 +170,31 @@ def test_device_versions_on_a_device():
     library._remember_constants({"small": small, "big": big})
     assert library.host_value(small).tolist() == [0, 1, 2] and library.host_value(big) is None
     assert library.host_value(cupy.arange(3)) is None          # an equal array that is not the weight
+
+
+def test_an_exported_cuda_package_carries_them_beside_its_reference_kernels(tmp_path):
+    """The package's copy imports its own ``_ref`` (not the repository's) and maps every op."""
+    import importlib
+    import sys
+
+    from onnx import helper
+
+    from codegen.export.package import export_package
+    from codegen.numpy_ref.feeds import feeds_for
+    from ir.onnx_import import import_proto
+    from tests.unit.ir.onnx_models import vi
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
+    g = helper.make_graph([node], "g", [vi("x", [5, 3]), vi("i", [2], 7)], [vi("y", [2, 3])])
+    graph = import_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    res = export_package(graph, tmp_path / "gather_cuda", inputs=feeds_for(graph), backend="cuda")
+    path = Path(res.path) / "device_ops.py"
+    assert path.read_text() == Path(device_ops.__file__).read_text()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        mod = importlib.import_module("gather_cuda.device_ops")
+        assert mod._slice_bounds.__module__ == "gather_cuda._ref.shape"
+        assert set(mod.OPS) == set(device_ops.OPS)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [n for n in sys.modules if n == "gather_cuda" or n.startswith("gather_cuda.")]:
+            del sys.modules[name]
