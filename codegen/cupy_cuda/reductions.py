@@ -27,15 +27,8 @@ block index is the point of the map's params; the map's statements run in body o
   element) or are shared between rows (a bias gradient fused into LayerNorm backward: ``atomicAdd``).
 Warp rows skip shared memory and barriers; a warp whose row is past the end returns at once.
 
-**Rows held in registers** (``rows`` and ``warp_rows``). When every nested map walks the same
-iteration space and a thread takes at most ``CACHE_STEPS`` of its points, the strided loops are
-unrolled (``for (it = 0; it < K; ++it) j = first + it * stride``) and each global element that
-more than one nested map loads (LayerNorm's ``x``: sum, variance, output) is loaded once into a
-per-thread register array ``cN[K]`` by the first nested map that reads it and read from there by
-the rest. Before, every pass re-read the row from L1/L2: LayerNorm forward ran at 29–69 % and
-softmax at 42 % of copy bandwidth on an H100. The kernel's inputs are never written in it
-(``plan_for`` refuses such maps), so a register copy cannot go stale; the per-thread order of
-every partial sum is unchanged, so results are bit-identical to the uncached loops.
+**Rows held in registers** and **summing blocks**: ``row_cache.py``. **Long rows split over
+blocks** (the loss's full reduction), the last block combining: ``split_blocks.py``.
 
 **Columns** (bias gradients: ``db[c] = Σ_r dy[r, c]``, with the optimizer update fused after it).
 Block ``(32, ry)``: ``threadIdx.x`` picks one of 32 adjacent columns, so each warp reads 128
@@ -54,26 +47,19 @@ exported launcher uses: grid from the extents, block shape, static shared bytes.
 """
 from __future__ import annotations
 
-from codegen.cupy_cuda.c_expr import to_cuda
 from codegen.cupy_cuda.cuda_source import (C_TYPES, COMPUTE, LOAD, STORE, _collect, _combine, _Cuda, _declare_locals,
                                            _identity, _store, _value, finish)
 from codegen.cupy_cuda.launch import CudaKernel, launch
-from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan, Target, plan_for, pow2floor
+from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan, Target, plan_for
+from codegen.cupy_cuda.row_cache import RowCache, nested_counts, positions, thread_stride
+from codegen.cupy_cuda.split_blocks import RowSplit
 from codegen.program.kernel import UnsupportedMap
-from ir import expr as E
 from ir.graph import Graph
 from ir.maps import range_bounds
-from ir.memlet import Memlet, Range
+from ir.memlet import Memlet
 from ir.nodes import MapNode, Tasklet
 
 SHUFFLE_TYPES = ("float32", "float64", "int32", "int64")
-CACHE_STEPS = 8            # at most this many points of a row per thread for the unrolled, cached loops
-CACHE_REGISTERS = 48       # at most this many cached values per thread (K per cached element)
-SPLIT_MIN = 1 << 16        # a row this long, in a kernel of at most SPLIT_MAX_ROWS rows, is split over blocks
-SPLIT_MAX_ROWS = 64
-SPLIT_ELEMS_PER_THREAD = 8
-ROWS_PER_SUMMING_BLOCK = 4  # rows a block takes when it sums into elements shared by all rows
-MIN_SUMMING_BLOCKS = 256    # …while keeping at least this many blocks
 LEADER = {"rows": "threadIdx.x == 0", "warp_rows": "threadIdx.x == 0", "columns": "active && threadIdx.y == 0"}
 
 
@@ -120,8 +106,8 @@ def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKer
     x, y = plan.block
     k.line(f"// {plan.kind}: block ({x}, {y}); the longest nested map has {plan.row_length} points")
     at = len(k.lines)
-    cache = _RowCache.plan(k, plan, [s for s in m.body if isinstance(s, MapNode)])
-    split = _Split.plan(k, plan, m) if cache is None else None
+    cache = RowCache.plan(k, plan, [s for s in m.body if isinstance(s, MapNode)])
+    split = RowSplit.plan(k, plan, m) if cache is None else None
     if cache is not None and cache.rows > 1:
         cache.open_rows(k)
     _params(k, plan, cache, split)
@@ -148,7 +134,7 @@ def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKer
                   split.globals() if split is not None else "", threads)
 
 
-def _params(k: _Cuda, plan: Plan, cache: _RowCache | None = None, split: _Split | None = None) -> None:
+def _params(k: _Cuda, plan: Plan, cache: RowCache | None = None, split: RowSplit | None = None) -> None:
     """The map's params from the block (and, for warp rows, the warp) index; the last one fastest."""
     counts = []
     for p, r in k.m.params:
@@ -197,7 +183,7 @@ def _guarded(k: _Cuda, plan: Plan, t: Tasklet) -> None:
 
 
 def _strided(k: _Cuda, plan: Plan, n: MapNode, targets: tuple[Target, ...], slots: _Slots,
-             cache: _RowCache | None, split: _Split | None = None) -> None:
+             cache: RowCache | None, split: RowSplit | None = None) -> None:
     """Nested map ``n`` strided over the block's threads, then its reductions."""
     k.line(f"{{  // nested map over {', '.join(p for p, _ in n.params)}: strided over the block's threads")
     k.depth += 1
@@ -211,7 +197,7 @@ def _strided(k: _Cuda, plan: Plan, n: MapNode, targets: tuple[Target, ...], slot
     if partials:
         _reduce(k, plan, partials, slots)
     if split is not None:
-        split.combine(k, plan, partials, slots)
+        split.combine(k, plan, partials, slots, _reduce)
     for name, dt, tg in partials.values():
         _combine_into(k, plan, tg, name)
     k.depth -= 1
@@ -226,28 +212,14 @@ def _partial_type(k: _Cuda, tg: Target) -> str:
     return dt
 
 
-def _counts(k: _Cuda, n: MapNode) -> list[tuple[str, int, int, int]]:
-    """(param, start, step, count) of each param of nested map ``n``."""
-    counts = []
-    for p, r in n.params:
-        start, stop, step = range_bounds(r, k.graph.bindings)
-        counts.append((p, start, step, max(0, -(-(stop - start) // step))))
-    return counts
-
-
-def _stride(plan: Plan) -> tuple[str, int]:
-    return {"rows": ("threadIdx.x", plan.block[0]), "warp_rows": ("threadIdx.x", WARP),
-            "columns": ("threadIdx.y", plan.block[1])}[plan.kind]
-
-
-def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: _RowCache | None = None,
-          split: _Split | None = None) -> None:
-    counts = _counts(k, n)
+def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: RowCache | None = None,
+          split: RowSplit | None = None) -> None:
+    counts = nested_counts(k, n)
     total = 1
     for *_, c in counts:
         total *= c
     ix = "long long" if total >= 2**31 else "int"
-    first, stride = _stride(plan)
+    first, stride = thread_stride(plan)
     cond = "active && " if plan.kind == "columns" else ""
     if split is not None:            # this block's chunk of the row
         k.line(f"const {ix} lo = ({ix})chunk * {split.chunk};")
@@ -268,7 +240,7 @@ def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: _RowCache | N
     for p, *_ in counts:
         names.append(f"p{len(k.params)}")
         k.params[p] = names[-1]
-    _positions(k, counts, names, ix)
+    positions(k, counts, names, ix)
     _declare_locals(k, n)
     if cache is not None:
         cache.fill(k, n)
@@ -290,250 +262,6 @@ def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: _RowCache | N
     for _ in range(closing):
         k.depth -= 1
         k.line("}")
-
-
-def _positions(k: _Cuda, counts: list[tuple[str, int, int, int]], names: list[str], ix: str = "long long") -> None:
-    """``names[i] = start_i + (position i of flat index j) * step_i``, the last param fastest."""
-    if len(counts) > 1:
-        k.line(f"{ix} rj = j;")
-    for i, (_, start, step, c) in reversed(list(enumerate(counts))):
-        pos = "j" if len(counts) == 1 else ("rj" if i == 0 else f"rj % {c}")
-        k.line(f"const long long {names[i]} = {start} + (long long)({pos}) * {step};"
-               + (f" rj /= {c};" if len(counts) > 1 and i > 0 else ""))
-
-
-def _owned_by_row(k: _Cuda, mem: Memlet) -> bool:
-    """Whether ``mem``'s index moves with the map's own params (each row its own element)."""
-    top = {p for p, _ in k.m.params}
-    return any(E.free_vars(ix) & top for ix in (mem.subset or ()) if not isinstance(ix, Range))
-
-
-class _Split:
-    """A long row (a full reduction: the loss) split over ``blocks`` blocks. Before, one block of
-    1,024 threads walked all of it: 106 µs for the 3.15 MB loss sum of the BERT-base step on an
-    H100 (30 GB/s, 5 % of the step). Each block now reduces one chunk, its thread 0 stores the
-    partial in a module-scope ``__device__`` array and counts itself in; the last block to arrive
-    combines the partials in chunk order (deterministic), resets the count for the next launch
-    (so a captured graph replays), and alone runs the statements after the nested map."""
-
-    def __init__(self, rows: int, blocks: int, chunk: int) -> None:
-        self.rows, self.blocks, self.chunk = rows, blocks, chunk
-        self.arrays: list[tuple[str, str]] = []     # (name, C type) of the partials' scratch arrays
-
-    @classmethod
-    def plan(cls, k: _Cuda, plan: Plan, m: MapNode) -> _Split | None:
-        nested = [s for s in m.body if isinstance(s, MapNode)]
-        if plan.kind != "rows" or len(nested) != 1 or m.body[0] is not nested[0]:
-            return None
-        rows = 1
-        for _, r in m.params:
-            start, stop, step = range_bounds(r, k.graph.bindings)
-            rows *= max(0, -(-(stop - start) // step))
-        threads = plan.block[0]
-        if not 0 < rows <= SPLIT_MAX_ROWS or plan.row_length < SPLIT_MIN:
-            return None
-        blocks = min(threads, -(-plan.row_length // (threads * SPLIT_ELEMS_PER_THREAD)))
-        if blocks < 2:
-            return None
-        chunk = -(-plan.row_length // blocks)
-        chunk = -(-chunk // threads) * threads                 # whole strides: every block starts at a lane 0
-        return cls(rows, -(-plan.row_length // chunk), chunk)
-
-    def globals(self) -> str:
-        decls = [f"__device__ {ct} {name}[{self.rows * self.blocks}];" for name, ct in self.arrays]
-        decls.append(f"__device__ unsigned int dcs_count[{self.rows}] = {{0}};   // blocks done, per row")
-        return "\n".join(decls) + "\n"
-
-    def combine(self, k: _Cuda, plan: Plan, partials: dict, slots: _Slots) -> None:
-        """After the block's own reduction: publish it; the last block of the row reduces them all."""
-        slots.decls.append("__shared__ bool dcs_last;")
-        stores = []
-        for name, dt, _ in partials.values():
-            scratch = f"dcs_p{len(self.arrays)}"
-            self.arrays.append((scratch, C_TYPES[dt]))
-            stores.append((scratch, name, dt))
-        k.line("if (threadIdx.x == 0) {")
-        for scratch, name, _ in stores:
-            k.line(f"  {scratch}[row * {self.blocks} + chunk] = {name};")
-        k.line("  __threadfence();       // the partial is visible before the count says so")
-        k.line(f"  dcs_last = atomicAdd(&dcs_count[row], 1u) == {self.blocks - 1}u;")
-        k.line("}")
-        k.line("__syncthreads();")
-        k.line("if (!dcs_last) return;   // uniform: the whole block leaves")
-        k.line("__threadfence();")
-        for (scratch, name, dt), (_, _, tg) in zip(stores, partials.values()):
-            k.line(f"{name} = threadIdx.x < {self.blocks} ? __ldcg(&{scratch}[row * {self.blocks} + threadIdx.x])"
-                   f" : {_identity(tg.wcr, dt)};")
-        _reduce(k, plan, partials, slots)
-        k.line("if (threadIdx.x == 0) { dcs_count[row] = 0; }   // ready for the next launch")
-
-
-class _RowCache:
-    """The unrolled loops of a row kernel and the global elements its nested maps share in registers."""
-
-    def __init__(self, steps: int, arrays: dict[str, str], first: dict[str, int], maps: list[MapNode],
-                 dtypes: dict[str, str]) -> None:
-        self.steps = steps
-        self.arrays = arrays           # canonical element -> its register array
-        self.first = first             # canonical element -> index of the nested map that loads it
-        self.maps = maps
-        self.dtypes = dtypes           # canonical element -> compute dtype
-        self.sums: dict[str, tuple[str, str]] = {}   # shared sums: canonical element -> (register array, dtype)
-        self.rows = 1                  # rows per block (``rows`` kind with shared sums)
-        self.counts: list[tuple[str, int, int, int]] = []
-        self.total = 0
-
-    @classmethod
-    def plan(cls, k: _Cuda, plan: Plan, nested: list[MapNode]) -> _RowCache | None:
-        """None unless every nested map walks the same points and a thread takes few of them."""
-        if plan.kind not in ("rows", "warp_rows") or not nested:
-            return None
-        for i, (p, _) in enumerate(k.m.params):     # the names ``_params`` gives them (keys print with them)
-            k.params.setdefault(p, f"p{i}")
-        shapes = {tuple((start, step, c) for _, start, step, c in _counts(k, n)) for n in nested}
-        if len(shapes) != 1:
-            return None
-        total = 1
-        for *_, c in next(iter(shapes)):
-            total *= c
-        steps = -(-total // _stride(plan)[1])
-        if not 0 < steps <= CACHE_STEPS:          # (rows of no points: nothing to cache)
-            return None
-        uses: dict[str, list[int]] = {}
-        dtypes: dict[str, str] = {}
-        for i, n in enumerate(nested):
-            for key, mem in _canonical_loads(k, n).items():
-                uses.setdefault(key, []).append(i)
-                dtypes[key] = k.dtype(mem.container)
-        shared = sorted((key for key, at in uses.items() if len(at) > 1), key=lambda key: (-len(uses[key]), key))
-        shared = shared[:CACHE_REGISTERS // steps]
-        arrays, first = {}, {}
-        for key in sorted(shared, key=lambda key: (uses[key][0], key)):
-            arrays[key] = f"c{len(arrays)}"
-            first[key] = uses[key][0]
-        cache = cls(steps, arrays, first, nested, {key: COMPUTE.get(dt, dt) for key, dt in dtypes.items()})
-        cache.counts, cache.total = _counts(k, nested[0]), total
-        if plan.kind == "rows":
-            cache._plan_rows(k, plan)
-        return cache
-
-    def _plan_rows(self, k: _Cuda, plan: Plan) -> None:
-        """Rows per block for a kernel whose nested maps add into elements shared by every row (the
-        LayerNorm gradient's dscale/dbias): a thread's columns are the same in every row, so it sums
-        its share of ``ROWS_PER_SUMMING_BLOCK`` rows in registers and adds them once, cutting the
-        atomics (which serialize per address in L2) by that factor."""
-        for n in self.maps:
-            for t in n.body:
-                out = t.output
-                key = _canonical(k, n, out)
-                if key is None or out.wcr != "sum" or out.container in k.locals or _owned_by_row(k, out):
-                    continue
-                if key not in self.sums:
-                    self.sums[key] = (f"g{len(self.sums)}", COMPUTE.get(k.dtype(out.container), k.dtype(out.container)))
-        rows = 1
-        for _, r in k.m.params:
-            start, stop, step = range_bounds(r, k.graph.bindings)
-            rows *= max(0, -(-(stop - start) // step))
-        if self.sums:
-            self.rows = max(1, min(ROWS_PER_SUMMING_BLOCK, pow2floor(max(1, rows // MIN_SUMMING_BLOCKS))))
-        if self.rows == 1:
-            self.sums = {}
-
-    def declare(self, k: _Cuda) -> None:
-        for key, name in self.arrays.items():
-            k.line(f"{C_TYPES[self.dtypes[key]]} {name}[{self.steps}];   // {key} of this thread's points, in registers")
-
-    def shared_sum(self, k: _Cuda, n: MapNode, t: Tasklet) -> str | None:
-        """The register array summing tasklet ``t``'s shared element over this block's rows, if it has one."""
-        if not self.sums or t.output.wcr != "sum":
-            return None
-        found = self.sums.get(_canonical(k, n, t.output))
-        return found[0] if found else None
-
-    def open_rows(self, k: _Cuda) -> None:
-        for key, (name, dt) in self.sums.items():
-            k.line(f"{C_TYPES[dt]} {name}[{self.steps}] = {{}};   // {key}: this block's rows, summed")
-        k.line(f"for (int rr = 0; rr < {self.rows}; ++rr) {{   // {self.rows} rows per block")
-        k.depth += 1
-
-    def close_rows(self, k: _Cuda, plan: Plan) -> None:
-        """End of the row loop (a barrier: the next row reuses the shared slots), then one atomic per
-        shared element and thread."""
-        k.line("__syncthreads();")
-        k.depth -= 1
-        k.line("}")
-        first, stride = _stride(plan)
-        k.line("#pragma unroll")
-        k.line(f"for (int it = 0; it < {self.steps}; ++it) {{")
-        k.depth += 1
-        k.line(f"const int j = {first} + it * {stride};")
-        guard = self.total % stride != 0
-        if guard:
-            k.line(f"if (j < {self.total}) {{")
-            k.depth += 1
-        _positions(k, self.counts, [f"q{i}" for i in range(len(self.counts))])
-        for key, (name, dt) in self.sums.items():
-            k.line(f"atomicAdd(&{key}, ({C_TYPES[dt]})({name}[it]));")
-        for _ in range(1 + guard):
-            k.depth -= 1
-            k.line("}")
-
-    def fill(self, k: _Cuda, n: MapNode) -> None:
-        """In the first nested map that reads them: load this iteration's cached elements."""
-        at = self.maps.index(n)
-        loads = _canonical_loads(k, n)
-        for key, name in self.arrays.items():
-            if self.first[key] == at:
-                k.line(f"{name}[it] = {_loaded(k, loads[key])};")
-
-    def value(self, k: _Cuda, n: MapNode, t: Tasklet) -> str:
-        """The tasklet's expression, its cached inputs read from registers."""
-        names = {}
-        for conn, mem in t.inputs.items():
-            key = _canonical(k, n, mem)
-            if key in self.arrays:
-                names[conn] = f"{self.arrays[key]}[it]"
-            elif mem.container in k.locals:
-                names[conn] = k.locals[mem.container][0]
-            else:
-                names[conn] = _loaded(k, mem)
-        names.update(k.params)
-        return to_cuda(t.expr, names)
-
-
-def _canonical(k: _Cuda, n: MapNode, mem: Memlet) -> str | None:
-    """The element ``mem`` names with ``n``'s params as their positions (``q0``, ``q1``…): equal in
-    two nested maps of the same points exactly when they load the same element at the same ``j``;
-    None for locals and for elements that do not move along the row."""
-    if mem.container in k.locals or mem.container not in k.arrays:
-        return None
-    inner = {p for p, _ in n.params}
-    if not any(E.free_vars(ix) & inner for ix in (mem.subset or ()) if not isinstance(ix, Range)):
-        return None
-    saved = dict(k.params)
-    k.params.update({p: f"q{i}" for i, (p, _) in enumerate(n.params)})
-    try:
-        return k.element(mem)
-    finally:
-        k.params.clear()
-        k.params.update(saved)
-
-
-def _canonical_loads(k: _Cuda, n: MapNode) -> dict[str, Memlet]:
-    """canonical element -> the first memlet of ``n`` that loads it, in body order."""
-    found: dict[str, Memlet] = {}
-    for t in n.body:
-        for mem in t.inputs.values():
-            key = _canonical(k, n, mem)
-            if key is not None:
-                found.setdefault(key, mem)
-    return found
-
-
-def _loaded(k: _Cuda, mem: Memlet) -> str:
-    """The load of ``mem`` as the kernel computes with it (16-bit storage widened to float)."""
-    text, dt = k.element(mem), k.dtype(mem.container)
-    return LOAD[dt].format(text) if dt in LOAD else text
 
 
 def _reduce(k: _Cuda, plan: Plan, partials: dict, slots: _Slots) -> None:

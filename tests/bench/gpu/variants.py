@@ -1,8 +1,8 @@
 """Launch-shape variants of the BERT-base step's block-reduction kernels, timed on a lent GPU.
 
 ``lease.py --phases …,variants`` runs this after the sweep: every ``rows``/``warp_rows`` kernel of the
-BERT-base layer step after the recipe is printed again with one knob of ``reductions`` /
-``reduction_pattern`` changed, compiled, launched on random inputs of its shapes and timed (CUDA
+BERT-base layer step after the recipe is printed again with one knob of ``row_cache``,
+``split_blocks`` or ``reduction_pattern`` changed, compiled, launched on random inputs of its shapes and timed (CUDA
 events over a captured graph, as the kernel table) against a same-run copy of the same bytes.
 Knobs: the row cache off (``CACHE_STEPS = 0``), 1, 2 or 8 rows per summing block (default 4), a
 warp per row up to 1,024 points (default 128), and no split of long rows. What the numbers say
@@ -19,21 +19,21 @@ import numpy as np
 
 VARIANTS = {                       # name: {(module, constant): value}
     "default": {},
-    "no_cache": {("reductions", "CACHE_STEPS"): 0},
-    "sum_rows_1": {("reductions", "ROWS_PER_SUMMING_BLOCK"): 1},
-    "sum_rows_2": {("reductions", "ROWS_PER_SUMMING_BLOCK"): 2},
-    "sum_rows_8": {("reductions", "ROWS_PER_SUMMING_BLOCK"): 8, ("reductions", "MIN_SUMMING_BLOCKS"): 64},
+    "no_cache": {("row_cache", "CACHE_STEPS"): 0},
+    "sum_rows_1": {("row_cache", "ROWS_PER_SUMMING_BLOCK"): 1},
+    "sum_rows_2": {("row_cache", "ROWS_PER_SUMMING_BLOCK"): 2},
+    "sum_rows_8": {("row_cache", "ROWS_PER_SUMMING_BLOCK"): 8, ("row_cache", "MIN_SUMMING_BLOCKS"): 64},
     "warp_rows_1024": {("reduction_pattern", "WARP_ROW_MAX"): 1024},
-    "warp_rows_1024_cached": {("reduction_pattern", "WARP_ROW_MAX"): 1024, ("reductions", "CACHE_STEPS"): 32,
-                              ("reductions", "CACHE_REGISTERS"): 128},
-    "no_split": {("reductions", "SPLIT_MIN"): 1 << 62},
+    "warp_rows_1024_cached": {("reduction_pattern", "WARP_ROW_MAX"): 1024, ("row_cache", "CACHE_STEPS"): 32,
+                              ("row_cache", "CACHE_REGISTERS"): 128},
+    "no_split": {("split_blocks", "SPLIT_MIN"): 1 << 62},
 }
 
 
 @contextlib.contextmanager
 def _patched(changes: dict):
-    from codegen.cupy_cuda import reduction_pattern, reductions
-    mods = {"reductions": reductions, "reduction_pattern": reduction_pattern}
+    from codegen.cupy_cuda import reduction_pattern, row_cache, split_blocks
+    mods = {"row_cache": row_cache, "split_blocks": split_blocks, "reduction_pattern": reduction_pattern}
     saved = {(m, c): getattr(mods[m], c) for m, c in changes}
     try:
         for (m, c), v in changes.items():

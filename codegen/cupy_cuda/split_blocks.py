@@ -1,0 +1,80 @@
+"""Reductions split over several blocks, for ``reductions``: the last block to finish combines.
+
+A block of a reduction kernel reduces one chunk, stores its partial in a module-scope
+``__device__`` array and counts itself in (``atomicAdd`` after a ``__threadfence``); the last
+block of its group to arrive combines the partials in chunk order (deterministic), resets the
+count for the next launch (so a captured CUDA graph replays it), and alone runs what comes after
+the nested map (the statements, a fused optimizer update). Kernels: one nested map, first in the
+map's body.
+"""
+from __future__ import annotations
+
+from codegen.cupy_cuda.cuda_source import C_TYPES, _Cuda, _identity
+from codegen.cupy_cuda.reduction_pattern import Plan
+from ir.maps import range_bounds
+from ir.nodes import MapNode
+
+SPLIT_MIN = 1 << 16        # a row this long, in a kernel of at most SPLIT_MAX_ROWS rows, is split over blocks
+SPLIT_MAX_ROWS = 64
+SPLIT_ELEMS_PER_THREAD = 8
+
+
+class RowSplit:
+    """A long row (a full reduction: the loss) split over ``blocks`` blocks. Before, one block of
+    1,024 threads walked all of it: 106 µs for the 3.15 MB loss sum of the BERT-base step on an
+    H100 (30 GB/s, 5 % of the step). Each block now reduces one chunk, its thread 0 stores the
+    partial in a module-scope ``__device__`` array and counts itself in; the last block to arrive
+    combines the partials in chunk order (deterministic), resets the count for the next launch
+    (so a captured graph replays), and alone runs the statements after the nested map."""
+
+    def __init__(self, rows: int, blocks: int, chunk: int) -> None:
+        self.rows, self.blocks, self.chunk = rows, blocks, chunk
+        self.arrays: list[tuple[str, str]] = []     # (name, C type) of the partials' scratch arrays
+
+    @classmethod
+    def plan(cls, k: _Cuda, plan: Plan, m: MapNode) -> RowSplit | None:
+        nested = [s for s in m.body if isinstance(s, MapNode)]
+        if plan.kind != "rows" or len(nested) != 1 or m.body[0] is not nested[0]:
+            return None
+        rows = 1
+        for _, r in m.params:
+            start, stop, step = range_bounds(r, k.graph.bindings)
+            rows *= max(0, -(-(stop - start) // step))
+        threads = plan.block[0]
+        if not 0 < rows <= SPLIT_MAX_ROWS or plan.row_length < SPLIT_MIN:
+            return None
+        blocks = min(threads, -(-plan.row_length // (threads * SPLIT_ELEMS_PER_THREAD)))
+        if blocks < 2:
+            return None
+        chunk = -(-plan.row_length // blocks)
+        chunk = -(-chunk // threads) * threads                 # whole strides: every block starts at a lane 0
+        return cls(rows, -(-plan.row_length // chunk), chunk)
+
+    def globals(self) -> str:
+        decls = [f"__device__ {ct} {name}[{self.rows * self.blocks}];" for name, ct in self.arrays]
+        decls.append(f"__device__ unsigned int dcs_count[{self.rows}] = {{0}};   // blocks done, per row")
+        return "\n".join(decls) + "\n"
+
+    def combine(self, k: _Cuda, plan: Plan, partials: dict, slots, reduce) -> None:
+        """After the block's own reduction: publish it; the last block of the row reduces them all
+        (``reduce``: the block reduction of ``reductions``, into new ``slots``)."""
+        slots.decls.append("__shared__ bool dcs_last;")
+        stores = []
+        for name, dt, _ in partials.values():
+            scratch = f"dcs_p{len(self.arrays)}"
+            self.arrays.append((scratch, C_TYPES[dt]))
+            stores.append((scratch, name, dt))
+        k.line("if (threadIdx.x == 0) {")
+        for scratch, name, _ in stores:
+            k.line(f"  {scratch}[row * {self.blocks} + chunk] = {name};")
+        k.line("  __threadfence();       // the partial is visible before the count says so")
+        k.line(f"  dcs_last = atomicAdd(&dcs_count[row], 1u) == {self.blocks - 1}u;")
+        k.line("}")
+        k.line("__syncthreads();")
+        k.line("if (!dcs_last) return;   // uniform: the whole block leaves")
+        k.line("__threadfence();")
+        for (scratch, name, dt), (_, _, tg) in zip(stores, partials.values()):
+            k.line(f"{name} = threadIdx.x < {self.blocks} ? __ldcg(&{scratch}[row * {self.blocks} + threadIdx.x])"
+                   f" : {_identity(tg.wcr, dt)};")
+        reduce(k, plan, partials, slots)
+        k.line("if (threadIdx.x == 0) { dcs_count[row] = 0; }   // ready for the next launch")
