@@ -331,7 +331,7 @@ def finish(k: _Cuda, body: str, bounds: str, how: Launch, module_globals: str = 
         sig = sig.replace(" void KERNEL(", f" void {bounds} KERNEL(", 1)
     text = PRELUDE + "\n" + module_globals + sig + " {\n" + body + "\n}\n"
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    text = text.replace(" KERNEL(", f" {name}(", 1)
+    text = text.replace(" KERNEL(", f" {name}(", 1).replace("KERNEL_", f"{name}_")   # module-scope names
     init = {c: output_init(k.m, c, k.graph) for c in k.written}
     dtypes = {c: k.dtype(c) for c in k.arrays}
     return CudaKernel(name, text, (), tuple(k.arrays), tuple(k.written), tuple(k.extents), False, init,

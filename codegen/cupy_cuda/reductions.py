@@ -34,11 +34,9 @@ blocks** (the loss's full reduction), the last block combining: ``split_blocks.p
 Block ``(32, ry)``: ``threadIdx.x`` picks one of 32 adjacent columns, so each warp reads 128
 contiguous bytes per row, and the ``ry`` warps split the rows (thread ``y`` sums rows ``y, y+ry,
 …``). The partials meet in a ``__shared__ [ry][32]`` array (conflict-free: a warp touches one
-row of it) and every thread combines the ``ry`` values of its column in order. Atomics across
-blocks would give more blocks (split the rows over blocks too) but the sum would not be known
-until the grid ends, and the fused epilogue (AdamW on the bias) needs it in the same kernel;
-with 768 columns the ``(32, 32)`` blocks give 24 blocks of 32 warps (24k threads, each reading
-32 coalesced rows) against 768 serial threads before — a 2-kernel split-K is left for later.
+row of it) and every thread combines the ``ry`` values of its column in order. With few
+columns (768: 24 blocks) the rows are split over blocks too, the last block of each column tile
+combining the partials and running the fused epilogue (AdamW on the bias): ``split_blocks.py``.
 Threads past the last column stay for the barrier but load nothing (``active``).
 
 Every block kernel carries ``__launch_bounds__(threads)`` (so the compiler never uses more
@@ -52,7 +50,7 @@ from codegen.cupy_cuda.cuda_source import (C_TYPES, COMPUTE, LOAD, STORE, _colle
 from codegen.cupy_cuda.launch import CudaKernel, launch
 from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan, Target, plan_for
 from codegen.cupy_cuda.row_cache import RowCache, nested_counts, positions, thread_stride
-from codegen.cupy_cuda.split_blocks import RowSplit
+from codegen.cupy_cuda.split_blocks import ColumnSplit, RowSplit
 from codegen.program.kernel import UnsupportedMap
 from ir.graph import Graph
 from ir.maps import range_bounds
@@ -107,7 +105,7 @@ def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKer
     k.line(f"// {plan.kind}: block ({x}, {y}); the longest nested map has {plan.row_length} points")
     at = len(k.lines)
     cache = RowCache.plan(k, plan, [s for s in m.body if isinstance(s, MapNode)])
-    split = RowSplit.plan(k, plan, m) if cache is None else None
+    split = (RowSplit.plan(k, plan, m) or ColumnSplit.plan(k, plan, m)) if cache is None else None
     if cache is not None and cache.rows > 1:
         cache.open_rows(k)
     _params(k, plan, cache, split)
@@ -125,8 +123,10 @@ def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKer
     if cache is not None and cache.rows > 1:
         cache.close_rows(k, plan)
         per_block = cache.rows
-    if split is not None:            # the blocks of a row are one more (virtual) extent of the grid
+    if isinstance(split, RowSplit):  # the blocks of a row are one more (virtual) extent of the grid
         k.extents.append(split.blocks)
+        threads += 1
+    elif split is not None:          # the chunks of a column tile: the first extent (``_params``)
         threads += 1
     k.lines[at:at] = ["  " + d for d in slots.decls]
     how = launch(plan.kind, plan.block, per_block, k.extents, threads, slots.bytes)
@@ -134,9 +134,14 @@ def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKer
                   split.globals() if split is not None else "", threads)
 
 
-def _params(k: _Cuda, plan: Plan, cache: RowCache | None = None, split: RowSplit | None = None) -> None:
+def _params(k: _Cuda, plan: Plan, cache: RowCache | None = None,
+            split: RowSplit | ColumnSplit | None = None) -> None:
     """The map's params from the block (and, for warp rows, the warp) index; the last one fastest."""
     counts = []
+    off = 0
+    if isinstance(split, ColumnSplit):
+        k.extents.append(split.blocks)        # n0: the chunk, outermost in the grid
+        off = 1
     for p, r in k.m.params:
         start, stop, step = range_bounds(r, k.graph.bindings)
         counts.append((p, start, step))
@@ -160,16 +165,20 @@ def _params(k: _Cuda, plan: Plan, cache: RowCache | None = None, split: RowSplit
         k.line(f"if (rest >= {total}) return;")
     else:
         last, start, step = counts.pop()
-        k.line(f"const long long tiles = (n{n - 1} + {WARP - 1}) / {WARP};")
+        k.line(f"const long long tiles = (n{n - 1 + off} + {WARP - 1}) / {WARP};")
         k.line("long long rest = blockIdx.x;")
+        if off:
+            k.line(f"const long long group = blockIdx.x % {split.groups};")
         k.line(f"const long long col = (rest % tiles) * {WARP} + threadIdx.x; rest /= tiles;")
-        k.line(f"const bool active = col < n{n - 1};")
+        k.line(f"const bool active = col < n{n - 1 + off};")
         k.params[last] = f"p{n - 1}"
         k.line(f"const long long p{n - 1} = {start} + col * {step};")
     for i in reversed(range(len(counts))):
         p, start, step = counts[i]
         k.params[p] = f"p{i}"
-        k.line(f"const long long p{i} = {start} + (rest % n{i}) * {step}; rest /= n{i};")
+        k.line(f"const long long p{i} = {start} + (rest % n{i + off}) * {step}; rest /= n{i + off};")
+    if isinstance(split, ColumnSplit):
+        k.line("const int chunk = (int)rest;   // what is left of the block index: its chunk of the rows")
 
 
 def _guarded(k: _Cuda, plan: Plan, t: Tasklet) -> None:
@@ -183,7 +192,7 @@ def _guarded(k: _Cuda, plan: Plan, t: Tasklet) -> None:
 
 
 def _strided(k: _Cuda, plan: Plan, n: MapNode, targets: tuple[Target, ...], slots: _Slots,
-             cache: RowCache | None, split: RowSplit | None = None) -> None:
+             cache: RowCache | None, split: RowSplit | ColumnSplit | None = None) -> None:
     """Nested map ``n`` strided over the block's threads, then its reductions."""
     k.line(f"{{  // nested map over {', '.join(p for p, _ in n.params)}: strided over the block's threads")
     k.depth += 1
@@ -213,7 +222,7 @@ def _partial_type(k: _Cuda, tg: Target) -> str:
 
 
 def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: RowCache | None = None,
-          split: RowSplit | None = None) -> None:
+          split: RowSplit | ColumnSplit | None = None) -> None:
     counts = nested_counts(k, n)
     total = 1
     for *_, c in counts:
@@ -221,9 +230,9 @@ def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: RowCache | No
     ix = "long long" if total >= 2**31 else "int"
     first, stride = thread_stride(plan)
     cond = "active && " if plan.kind == "columns" else ""
-    if split is not None:            # this block's chunk of the row
+    if split is not None:            # this block's chunk of the row (of the columns' rows)
         k.line(f"const {ix} lo = ({ix})chunk * {split.chunk};")
-        k.line(f"for ({ix} j = lo + {first}; j < {total} && j < lo + {split.chunk}; j += {stride}) {{")
+        k.line(f"for ({ix} j = lo + {first}; {cond}j < {total} && j < lo + {split.chunk}; j += {stride}) {{")
         k.depth += 1
     elif cache is None:
         k.line(f"for ({ix} j = {first}; {cond}j < {total}; j += {stride}) {{")

@@ -1,11 +1,11 @@
 """Launch-shape variants of the BERT-base step's block-reduction kernels, timed on a lent GPU.
 
-``lease.py --phases …,variants`` runs this after the sweep: every ``rows``/``warp_rows`` kernel of the
+``lease.py --phases …,variants`` runs this after the sweep: every block-reduction kernel (rows, warp rows, columns) of the
 BERT-base layer step after the recipe is printed again with one knob of ``row_cache``,
 ``split_blocks`` or ``reduction_pattern`` changed, compiled, launched on random inputs of its shapes and timed (CUDA
 events over a captured graph, as the kernel table) against a same-run copy of the same bytes.
 Knobs: the row cache off (``CACHE_STEPS = 0``), 1, 2 or 8 rows per summing block (default 4), a
-warp per row up to 1,024 points (default 128), and no split of long rows. What the numbers say
+warp per row up to 1,024 points (default 128), and no split of long rows or of long columns. What the numbers say
 decides the defaults; nothing here changes them.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ VARIANTS = {                       # name: {(module, constant): value}
     "warp_rows_1024_cached": {("reduction_pattern", "WARP_ROW_MAX"): 1024, ("row_cache", "CACHE_STEPS"): 32,
                               ("row_cache", "CACHE_REGISTERS"): 128},
     "no_split": {("split_blocks", "SPLIT_MIN"): 1 << 62},
+    "no_column_split": {("split_blocks", "COLUMN_SPLIT_MIN"): 1 << 62},
 }
 
 
@@ -73,7 +74,7 @@ def run(cp, graph_time, graph, out: Path) -> list[dict]:
     maps = [m for m in graph.nodes.values() if isinstance(m, MapNode)]
     for m in maps:
         base = kernel_source(m, graph)
-        if base.launch.kind not in ("rows", "warp_rows"):
+        if base.launch.kind not in ("rows", "warp_rows", "columns"):
             continue
         args = _arrays(cp, base, graph, rng)
         nbytes = sum(int(a.nbytes) for a in args)

@@ -101,11 +101,16 @@ def test_layernorm_backward_reduces_both_sums_at_one_barrier(recipe):
 def test_bias_gradient_is_a_column_reduction(recipe):
     ks = kernel_source(recipe.nodes[BIAS_GRAD], recipe)
     body = _body(ks)
-    assert ks.launch.kind == "columns" and ks.launch.block == (32, 32) and ks.launch.grid == 768 // 32
-    assert "__shared__ float dcs_s0[32][32];" in body and ks.launch.shared_bytes == 4096
-    assert "dcs_s0[threadIdx.y][threadIdx.x] = s0;" in body and "atomicAdd" not in body
-    assert "j = threadIdx.y; active && j < 1024; j += 32" in body
-    assert body.count("if (active && threadIdx.y == 0)") == 3       # m, v and the bias itself
+    # 768 columns are 24 tiles of 32: each tile's 1,024 rows are split over 8 blocks of 128 rows
+    assert ks.launch.kind == "columns" and ks.launch.block == (32, 32) and ks.launch.grid == 8 * 768 // 32
+    assert ks.extents == (8, 768) and ks.threads == 2
+    assert "__shared__ float dcs_s0[32][32];" in body and ks.launch.shared_bytes == 4096 + 4 + 32 * 4
+    assert "dcs_s0[threadIdx.y][threadIdx.x] = s0;" in body
+    assert "j = lo + threadIdx.y; active && j < 1024 && j < lo + 128; j += 32" in body
+    assert body.count("atomicAdd(") == 1 and f"atomicAdd(&{ks.name}_count[group], 1u) == 7u" in body
+    # only the last block of a tile runs the fused AdamW update: m, v and the bias itself
+    assert body.count("if (active && threadIdx.y == 0) { a") == 3
+    assert body.index("if (!dcs_last[0]) return;") < body.index("{ a2[(p0)] =")
 
 
 def test_a_full_reduction_is_split_over_blocks(recipe):
@@ -114,9 +119,10 @@ def test_a_full_reduction_is_split_over_blocks(recipe):
     # 786,432 points: 96 blocks of 1,024 threads take 8,192 each; the last to finish combines them
     assert ks.launch.kind == "rows" and ks.launch.grid == 96 and ks.launch.block == (1024, 1)
     assert ks.extents == (96,) and ks.threads == 1
-    assert "__device__ float dcs_p0[96];" in body and "__device__ unsigned int dcs_count[1] = {0};" in body
-    assert "atomicAdd(&dcs_count[row], 1u) == 95u" in body and "if (!dcs_last) return;" in body
-    assert body.index("dcs_count[row] = 0;") < body.index("a1[0] =")     # reset before the result
+    name = ks.name
+    assert f"__device__ float {name}_p0[96];" in body and f"__device__ unsigned int {name}_count[1] = {{0}};" in body
+    assert f"atomicAdd(&{name}_count[row], 1u) == 95u" in body and "if (!dcs_last[0]) return;" in body
+    assert body.index(f"{name}_count[row] = 0;") < body.index("a1[0] =")     # reset before the result
 
 
 def test_points_schedule_and_other_maps_keep_one_thread_per_point(recipe):
@@ -205,7 +211,7 @@ def test_static_shared_memory_in_ptx_matches_the_record(recipe):
     from codegen.cupy_cuda.nvrtc import available, include_dir
     if available():
         pytest.skip(available())
-    for key in (LAYERNORM, LAYERNORM_GRAD, BIAS_GRAD, SOFTMAX):
+    for key in (LAYERNORM, LAYERNORM_GRAD, BIAS_GRAD, SOFTMAX, REDUCE_MEAN):
         ks = kernel_source(recipe.nodes[key], recipe)
         prog = raw.createProgram(ks.source, "k.cu", [], [])
         raw.compileProgram(prog, ["-arch=sm_80", "-std=c++17", f"-I{include_dir()}"])
@@ -213,6 +219,7 @@ def test_static_shared_memory_in_ptx_matches_the_record(recipe):
         ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
         raw.destroyProgram(prog)
         shared = sum(int(n) for n in re.findall(r"\.shared \.align \d+ \.b8 \S+\[(\d+)\];", ptx))
+        shared += sum(int(bits) // 8 for bits in re.findall(r"\.shared \.align \d+ \.[bsuf](\d+) [^\[\s;]+;", ptx))
         assert shared == ks.launch.shared_bytes, key
 
 
@@ -256,8 +263,12 @@ CASES = {   # name: (graph builder, expected launch kind)
     # rows of ≥ 65,536 points split over blocks; the last block of each row combines the partials
     "mean_all_split": (lambda: _graph("ReduceMean", [2, 300, 128], [], axes=[0, 1, 2], keepdims=0), "rows"),
     "sum_rows_split": (lambda: _graph("ReduceSum", [3, 65600], [3], inits=_axes(1), keepdims=0), "rows"),
+    # long columns in few column tiles: their rows split over blocks too
+    "column_sum_split": (lambda: _graph("ReduceSum", [600, 40], [40], inits=_axes(0), keepdims=0), "columns"),
+    "column_max_lead_split": (lambda: _graph("ReduceMax", [3, 700, 9], [3, 9], axes=[1], keepdims=0), "columns"),
 }
 SPLIT = {"mean_all_split": 10, "sum_rows_split": 9}     # blocks per row
+COLUMN_SPLIT = {"column_sum_split": 4, "column_max_lead_split": 5}   # blocks per column tile
 NEAR_ONE = {"prod_warp"}          # a product of 40 standard normals under- and overflows; of values near 1 not
 
 
@@ -299,12 +310,17 @@ def test_block_kernels_compute_the_reference_in_host_emulation(emulator, tmp_pat
     ks, arrays, want = _case(name)
     assert ks.launch.kind == CASES[name][1]
     assert ks.launch.per_block == (4 if name == "layernorm_grad_summing_blocks" else ks.launch.per_block)
-    assert ("dcs_count" in ks.source) == (name in SPLIT)
+    split = name in SPLIT or name in COLUMN_SPLIT
+    assert (f"{ks.name}_count" in ks.source) == split
     if name in SPLIT:
         rows = int(np.prod(ks.extents[:-1], dtype=np.int64))
         assert ks.extents[-1] == SPLIT[name] and ks.launch.grid == rows * SPLIT[name]
-    # twice in one process: a split row's block count must be back at zero for the next launch
-    _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path, launches=2 if name in SPLIT else 1), want, 2e-6)
+    if name in COLUMN_SPLIT:
+        *lead, cols = ks.extents[1:]
+        assert ks.extents[0] == COLUMN_SPLIT[name]
+        assert ks.launch.grid == COLUMN_SPLIT[name] * int(np.prod(lead, dtype=np.int64)) * -(-cols // 32)
+    # twice in one process: a split's block counts must be back at zero for the next launch
+    _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path, launches=2 if split else 1), want, 2e-6)
 
 
 @pytest.mark.parametrize("name", ["softmax_rows", "layernorm_rows", "column_sum"])
