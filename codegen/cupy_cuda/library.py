@@ -347,8 +347,14 @@ def _strided_product(a, b, out, alpha=1.0):
 
 
 def _product(a, b, out, alpha=1.0):
-    if a.ndim >= 2 and b.ndim >= 2 and _strided_product(a, b, out, alpha):
-        return out
+    if a.ndim >= 2 and b.ndim >= 2:
+        if _strided_product(a, b, out, alpha):
+            return out
+        # operands cuBLAS cannot read as they lie (no unit stride): contiguous copies, which are copy
+        # kernels a captured graph takes (cupy.matmul's batched path uploads an address table)
+        ac, bc = _contiguous(a), _contiguous(b)
+        if out is not None and (ac is not a or bc is not b) and _strided_product(ac, bc, out, alpha):
+            return out
     wide = a.dtype.kind == "f" and a.dtype.itemsize < 4
     if wide:
         y = cp.matmul(a.astype(cp.float32), b.astype(cp.float32))
@@ -426,6 +432,10 @@ def einsum(equation, a, b, out=None):
         plan = _einsum_views(equation, a, b, out)
         if plan is not None:
             return _run_plan(plan, a, b, out, 1.0)
+        ac, bc = _contiguous(a), _contiguous(b)          # as in ``_product``: copies cuBLAS can read
+        plan = _einsum_views(equation, ac, bc, out) if ac is not a or bc is not b else None
+        if plan is not None:
+            return _run_plan(plan, ac, bc, out, 1.0)
     y = cp.einsum(equation, a, b)
     if out is None:
         return y

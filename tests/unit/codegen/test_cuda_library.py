@@ -203,3 +203,23 @@ def test_mismatched_shapes_never_reach_cublas(blas):
     assert L._einsum_views("ij,jk->ik", np.ones((4, 5), np.float32), np.ones((6, 2), np.float32),
                            np.empty((4, 2), np.float32)) is None
     assert blas.calls == 0
+
+
+def test_operands_cublas_cannot_read_are_copied_not_handed_to_cupy_matmul(blas, monkeypatch):
+    """A view with no unit stride (every other column) cannot be a cuBLAS operand; a contiguous copy
+    can. Before, such products went to ``cupy.matmul``/``cupy.einsum``, whose batched paths upload
+    an address table from the host — which a captured CUDA graph refuses."""
+    monkeypatch.setattr(L, "cp", np)
+    rng = np.random.default_rng(3)
+    wide = rng.standard_normal((4, 10)).astype(np.float32)
+    a = wide[:, ::2]                                          # strides (10, 2) elements: no unit stride
+    b = rng.standard_normal((5, 3)).astype(np.float32)
+    assert not L._strided_product(a, b, np.empty((4, 3), np.float32))
+    out = np.full((4, 3), np.nan, np.float32)
+    L.matmul(a, b, out=out)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
+    assert blas.calls == 1
+    out2 = np.full((4, 3), np.nan, np.float32)
+    L.einsum("ij,jk->ik", a, b, out=out2)
+    np.testing.assert_allclose(out2, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
+    assert blas.calls == 2
