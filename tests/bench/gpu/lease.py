@@ -7,7 +7,8 @@ Run on the device machine (``README.md`` beside this file says how) over a kit b
   in a pytest process started first, running beside the sweep (``pytest.txt``);
 - ``sweep``: every case of the kit exported with ``dcstudio export --backend cuda`` (weights
   rebuilt from the skeleton) and checked by the package's own ``python -m PKG --check`` on the
-  GPU against the rebuilt original model, in parallel processes (``sweep.jsonl``);
+  GPU against the rebuilt original model, in parallel processes (``sweep.jsonl``); then the zoo's
+  and the BERT-base step timed one process at a time, the GPU to itself (``steps_alone.json``);
 - ``bert``: the BERT-base layer training step after the recipe: each of its kernels timed with
   CUDA events over a captured graph of repeated launches against a same-run device-to-device copy
   of the same bytes, then the whole step (plain and as a captured CUDA graph) against PyTorch
@@ -116,6 +117,43 @@ for _ in range(20):
 print(f"step (graph, device inputs): median {{sorted(ts)[10] * 1e3:.3f}} ms")
 raise SystemExit(0 if ok else 1)
 """
+
+
+STEP_TIME = """
+import cupy as cp, numpy as np, os, time
+from {pkg}.__main__ import _inputs
+from {pkg} import Model
+from {pkg}.model import L
+with np.load(os.path.join("{pkg}", "check.npz")) as f:
+    data = {{k: f[k] for k in f.files}}
+m = Model(recycle_outputs=True)
+feeds = {{k: cp.asarray(v) for k, v in _inputs(data).items()}}
+for _ in range(6):
+    m.step(**feeds)
+cp.cuda.runtime.deviceSynchronize()
+ts = []
+for _ in range(30):
+    t = time.perf_counter(); m.step(**feeds); cp.cuda.runtime.deviceSynchronize(); ts.append(time.perf_counter() - t)
+print(f"{{'graph' if not L.GRAPH_NOTES else 'kernels'}} {{sorted(ts)[15] * 1e3:.3f}} ms")
+"""
+
+
+def step_times(work: Path, results: list[dict], end: float) -> dict[str, str]:
+    """The zoo's and the BERT-base step, one process after another with the GPU to itself (the
+    sweep's own timings run 12 packages at once on one GPU)."""
+    times = {}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    for r in sorted(results, key=lambda r: r["case"]):
+        if not r["ok"] or not (r["case"].startswith("zoo_") or r["case"] == "bert_base_layer_recipe"):
+            continue
+        if time.perf_counter() > end - 120:
+            break
+        proc = subprocess.run([sys.executable, "-c", STEP_TIME.format(pkg=f"pkg_{r['case']}")], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=120)
+        times[r["case"]] = proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() \
+            else f"failed: {proc.stderr[-200:]}"
+        log(f"step alone: {r['case']}: {times[r['case']]}")
+    return times
 
 
 def sweep(kit: Path, out: Path, work: Path, rows: list[dict], workers: int) -> list[dict]:
@@ -360,6 +398,9 @@ def main(argv=None) -> int:
                                   "-o", "minversion=7", *CUDA_TESTS],
                                  cwd=REPO, stdout=open(out / "pytest.txt", "w"), stderr=subprocess.STDOUT)
     results = sweep(kit, out, work, rows, args.workers) if "sweep" in phases else []
+    alone = step_times(work, results, end) if "sweep" in phases else {}
+    if alone:
+        (out / "steps_alone.json").write_text(json.dumps(alone, indent=1))
     doc = None
     if "bert" in phases and any(r["case"] == "bert_base_layer_recipe" and r["ok"] for r in results):
         if tests is not None:
@@ -392,6 +433,10 @@ def main(argv=None) -> int:
               f"| graph: {' '.join(r.get('graph', []))[:160]}")
         for line in r.get("fails", []):
             print(f"       {line[:150]}")
+    if alone:
+        print("---- steps alone (median of 30 after 6 warm-up steps; graph = one captured CUDA graph)")
+        for case, line in alone.items():
+            print(f"  {case:<36} {line}")
     if variants_table:
         print("---- variants (µs, % of a same-run copy of the same bytes)")
         print(variants_table)
