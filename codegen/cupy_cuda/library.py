@@ -19,9 +19,11 @@ package carries a verbatim copy (``_lib.py``): it imports only CuPy, NumPy and t
 - ``conv``, ``conv_transpose``, ``conv_weight_grad``: float32 1-D/2-D convolutions on the device
   (``convolution.py``: im2col/col2im kernels and cuBLAS, direct kernels for depthwise ones);
 - ``reference``: an op without a generated kernel runs its device version where ``device_ops.py``
-  has one (gathers, scatters, MaxPool, GlobalAveragePool, the softmax cross-entropy loss,
-  ConstantOfShape, Concat, Split), else on the host in its NumPy reference kernel (inputs copied
-  down, outputs copied back up; such a step is not captured) — correct, not fast;
+  has one (gathers, scatters, MaxPool, GlobalAveragePool, the softmax cross-entropy loss and its
+  gradient, ConstantOfShape, Concat, Split, and Slice/Pad whose index inputs are constant weights:
+  ``host_value`` keeps host copies of the small ones), else on the host in its NumPy reference
+  kernel (inputs copied down, outputs copied back up; such a step is not captured) — correct, not
+  fast. A step must not write its weights in place: the host copies would go stale;
 - ``asarray``: inputs and weights onto the device; ``broadcast_to`` materializes (the
   generated kernels index C-contiguous arrays).
 """
