@@ -12,7 +12,8 @@ the host: sizes come from the shapes the exporter recorded in ``ctx.output_shape
 index inputs of Slice and Pad (starts, ends, pads — graph constants) from ``host(x)``, the
 library's host copy of a small constant weight (None for anything else: the op then declines).
 
-The package carries a verbatim copy beside ``_lib.py``: it imports only NumPy (and cupyx, lazily).
+The package carries a verbatim copy beside ``_lib.py``: it imports NumPy, cupyx (lazily) and two helpers of
+the package's own reference kernels (``_ref/shape.py``: Slice bounds, Pad arguments).
 """
 from __future__ import annotations
 
