@@ -147,8 +147,7 @@ def _thread_params(k: _Cuda) -> None:
     for p, r in k.m.params:
         start, stop, step = range_bounds(r, k.graph.bindings)
         counts.append((p, start, step, max(0, -(-(stop - start) // step))))
-    for _, _, _, n in counts:
-        k.extents.append(n)
+    k.extents.extend(n for *_, n in counts)
     size = 1
     for *_, n in counts:
         size *= n
@@ -156,25 +155,22 @@ def _thread_params(k: _Cuda) -> None:
         # 32-bit index math with the extents as literals: division by a constant is a multiply and a
         # shift, where 64-bit division by a runtime extent is a software routine of ~70 instructions
         # per param (it made the 4-d softmax-gradient kernel run at 37 % of copy bandwidth on an H100)
-        k.line("const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;")
-        k.line(f"if (tid >= {size}u) return;")
-        if counts:
-            k.line("unsigned rest = tid;")
-        for i in reversed(range(len(counts))):
-            p, start, step, n = counts[i]
-            k.params[p] = f"p{i}"
-            k.line(f"const long long p{i} = {start} + (long long)(rest % {max(n, 1)}u) * {step}; rest /= {max(n, 1)}u;")
-        return
-    total = " * ".join(f"n{i}" for i in range(len(counts))) or "1"
-    k.line("const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
-    k.line(f"if (tid >= {total}) return;")
+        ix, tid, bound = "unsigned", "blockIdx.x * blockDim.x + threadIdx.x", f"{size}u"
+        divisors = [f"{max(n, 1)}u" for *_, n in counts]
+        position = "(long long)(rest % {})"
+    else:
+        ix, tid = "long long", "(long long)blockIdx.x * blockDim.x + threadIdx.x"
+        bound = " * ".join(f"n{i}" for i in range(len(counts))) or "1"
+        divisors = [f"n{i}" for i in range(len(counts))]
+        position = "(rest % {})"
+    k.line(f"const {ix} tid = {tid};")
+    k.line(f"if (tid >= {bound}) return;")
     if counts:
-        k.line("long long rest = tid;")
+        k.line(f"{ix} rest = tid;")
     for i in reversed(range(len(counts))):
         p, start, step, _ = counts[i]
-        name = f"p{i}"
-        k.params[p] = name
-        k.line(f"const long long {name} = {start} + (rest % n{i}) * {step}; rest /= n{i};")
+        k.params[p] = f"p{i}"
+        k.line(f"const long long p{i} = {start} + {position.format(divisors[i])} * {step}; rest /= {divisors[i]};")
 
 
 def _declare_locals(k: _Cuda, m: MapNode) -> None:

@@ -9,6 +9,8 @@ map's body.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from codegen.cupy_cuda.cuda_source import C_TYPES, _Cuda, _identity
 from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan
 from ir.maps import range_bounds
@@ -136,7 +138,7 @@ class ColumnSplit:
             scratch, shared = f"KERNEL_p{len(self.arrays)}", f"dcs_b{len(self.arrays)}"
             self.arrays.append((scratch, C_TYPES[dt]))
             slots.decls.append(f"__shared__ {C_TYPES[dt]} {shared}[{WARP}];")
-            slots.bytes += WARP * {"float32": 4, "int32": 4}.get(dt, 8)
+            slots.bytes += WARP * np.dtype(dt).itemsize
             items.append((scratch, shared, name, dt, tg))
         k.line("if (active && threadIdx.y == 0) {")
         for scratch, _, name, _, _ in items:
