@@ -20,7 +20,11 @@ contiguously (and vectorizes) — on this machine a strided kernel ran 20–90×
   the rows outside and the block's columns innermost (contiguous, vectorized). The map's
   locals become arrays over the block (one accumulator per column). Interchanging is
   valid because map points are independent and each point still sees its statements,
-  and its reduction over rows, in order.
+  and its reduction over rows, in order. When the row is at most ``WHOLE_ROW`` columns the
+  block is the whole row: no block loop, the column loop ``range(n)`` from 0. Measured here
+  (GELU gradient fused with its bias gradient and AdamW, 1024 rows of 3072, one thread):
+  3.2 ms as whole rows against 12.7 ms in blocks of 256 — the blocked loops start at a
+  runtime offset, and walking 1 KiB of each row of three arrays defeats the prefetcher.
 """
 from __future__ import annotations
 
@@ -34,6 +38,9 @@ from codegen.numba_cpu.loopnest import (Nest, accumulator_dtype, declare_locals,
 
 TILE = (32, 256)
 COLUMNS = 256
+WHOLE_ROW = 16384
+"""A ``columns`` map over at most this many columns runs as one block (its accumulators: 128 KiB
+per float64 local at most, in L2)."""
 NP = {"float32": "np.float32", "float64": "np.float64", "int64": "np.int64", "int32": "np.int32",
       "bool": "np.bool_", "float16": "np.float16"}
 
@@ -152,29 +159,37 @@ def _columns(nest: Nest, m: MapNode) -> None:
         _loop(nest, p, r)
     q, rq = m.params[-1]
     nq = nest.bound(rq.stop)
+    whole = _columns_known(rq, nest) <= WHOLE_ROW
     first = first_wcr(m)
+    qv = f"p{len(nest.params)}"
     inits = []
     for loc, c in m.locals.items():
         name = nest.new_local()
         dt = accumulator_dtype(first.get(loc), c.dtype)
-        nest.pre.append(f"{name} = np.empty({COLUMNS}, {NP[dt]})")
-        nest.locals[loc] = (f"{name}[qi]", dt)
+        nest.pre.append(f"{name} = np.empty({nq if whole else COLUMNS}, {NP[dt]})")
+        nest.locals[loc] = (f"{name}[{qv if whole else 'qi'}]", dt)
         inits.append(f"{name}[:] = {identity_literal(first.get(loc), dt)}")
-    qv = f"p{len(nest.params)}"
     nest.params[q] = qv
-    nest.w.line(f"for qb in range(0, {nq}, {COLUMNS}):")
-    nest.w.depth += 1
-    nest.w.line(f"qe = min(qb + {COLUMNS}, {nq})")
-    for text in inits:
-        nest.w.line(text)
+    if whole:
+        for text in inits:
+            nest.w.line(text)
+    else:
+        nest.w.line(f"for qb in range(0, {nq}, {COLUMNS}):")
+        nest.w.depth += 1
+        nest.w.line(f"qe = min(qb + {COLUMNS}, {nq})")
+        for text in inits:
+            nest.w.line(text)
     for group in _runs(m.body):
         inner = nest.w.depth
         stmt = group[0]
         if isinstance(stmt, MapNode):
             for p, r in stmt.params:
                 _loop(nest, p, r)
-        nest.w.line(f"for {qv} in range(qb, qe):")
-        nest.w.line(f"    qi = {qv} - qb")
+        if whole:
+            nest.w.line(f"for {qv} in range({nq}):")
+        else:
+            nest.w.line(f"for {qv} in range(qb, qe):")
+            nest.w.line(f"    qi = {qv} - qb")
         nest.w.depth += 1
         if isinstance(stmt, MapNode):
             declare_locals(nest, stmt)
@@ -185,6 +200,14 @@ def _columns(nest: Nest, m: MapNode) -> None:
                 tasklet_line(nest, t)
         nest.w.depth = inner
     nest.w.depth = depth
+
+
+def _columns_known(r: Range, nest: Nest) -> int:
+    """The column count of a ``columns`` map (unknown sizes count as more than ``WHOLE_ROW``)."""
+    try:
+        return int(E.evaluate(r.stop, dict(nest.graph.bindings)))
+    except (KeyError, TypeError, ValueError):
+        return WHOLE_ROW + 1
 
 
 def _runs(body: list) -> list[list]:
