@@ -44,6 +44,14 @@ from ir.nodes import MapNode, OpNode, Tasklet
 ComputeNode = OpNode | MapNode
 BUFFERS_KEY = "buffers"
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+ALIAS = "alias"
+"""``OpNode.impl`` of a view op that ``transforms.view_alias`` made an alias of its input (moves no bytes)."""
+
+
+def is_alias(node) -> bool:
+    """A standard-domain view op whose output is its input's bytes (``impl`` ``"alias"``)."""
+    return isinstance(node, OpNode) and not node.domain and node.op_type in VIEW_OPS and node.impl == ALIAS
+
 
 
 @dataclass(frozen=True)
@@ -316,8 +324,8 @@ def arena_bytes(graph: Graph) -> int:
     return total + sum(max(check.lives[c].nbytes for c in ms) for ms in shared.values())
 
 
-__all__ = ["Lifetime", "Sharing", "VIEW_OPS", "arena_bytes", "buffer_groups", "buffer_size", "buffers",
-           "buffers_to_text", "inplace_reason", "is_plannable", "lifetimes", "live_profile",
+__all__ = ["ALIAS", "Lifetime", "Sharing", "VIEW_OPS", "arena_bytes", "buffer_groups", "buffer_size", "buffers",
+           "buffers_to_text", "is_alias", "inplace_reason", "is_plannable", "lifetimes", "live_profile",
            "peak_bytes", "read_buffers", "schedule", "write_buffers"]
 
 

@@ -26,6 +26,7 @@ from ir.containers import Container
 from ir.errors import ShapeError
 from ir.graph import Graph
 from ir.maps import footprint_elems, tasklet_accesses, trip_count
+from ir.memory import is_alias
 from ir.nodes import MapNode, OpNode
 
 METADATA_OPS = frozenset({"Shape", "Size"})
@@ -119,6 +120,8 @@ def kernel_estimate(graph: Graph, node: OpNode | MapNode) -> Estimate:
 
 
 def _op_estimate(graph: Graph, node: OpNode) -> Estimate:
+    if is_alias(node):               # transforms.view_alias: the output is the input's bytes
+        return Estimate(0, 0, 0, 0)
     read_names = {m.container for m in node.inputs if m is not None}
     write_names = {m.container for m in node.outputs if m is not None}
     if node.op_type in METADATA_OPS:

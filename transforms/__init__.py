@@ -38,6 +38,7 @@ TRANSFORMATION_MODULES = sorted([
     "reshape_elimination",
     "select_impl",
     "transpose_elimination",
+    "view_alias",
 ])
 
 for _name in TRANSFORMATION_MODULES:
