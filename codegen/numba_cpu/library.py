@@ -170,9 +170,27 @@ def widen_bf16(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+def _rows(x: np.ndarray) -> np.ndarray | None:
+    """``x`` (…, M, K) as one (R, K) matrix without a copy, or None when its leading axes do not merge
+    (or NumPy is older than 2.1, whose reshape cannot refuse to copy)."""
+    try:
+        return np.reshape(x, (-1, x.shape[-1]), copy=False)
+    except (ValueError, TypeError):
+        return None
+
+
 def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """a @ b into ``out`` (a preallocated buffer) or a new array of a's dtype."""
-    y = np.matmul(_wide(a), _wide(b), out=out)
+    """a @ b into ``out`` (a preallocated buffer) or a new array of a's dtype. A stacked ``a`` times a
+    matrix ``b`` (a Linear layer's (8, 128, 768) activations times its weight) runs as one GEMM over
+    the merged rows: NumPy would call BLAS once per stacked matrix, and each call packs ``b`` again
+    (measured here: 30.4 against 25.2 ms for 8×128×768 · 768×3072 on 2 threads, 17–20 % at 1 and 2)."""
+    wa, wb = _wide(a), _wide(b)
+    if wa.ndim > 2 and wb.ndim == 2 and out is not None and out.shape == wa.shape[:-1] + wb.shape[-1:]:
+        a2, o2 = _rows(wa), _rows(out)
+        if a2 is not None and o2 is not None:
+            np.matmul(a2, wb, out=o2)
+            return out if out.dtype == a.dtype else out.astype(a.dtype)
+    y = np.matmul(wa, wb, out=out)
     return y if y.dtype == a.dtype else y.astype(a.dtype)
 
 

@@ -68,3 +68,36 @@ def test_transposed_output_swaps_the_operands():
     assert L.einsum("cda,cdb->ba", a, b, out=out) is out
     np.testing.assert_array_equal(out, np.einsum("cda,cdb->ba", a, b))
     assert L._PLANS["cdb,cda->ba"][-1] == [0, 1]          # the swapped plan was used and is direct
+
+
+class _MatmulSpy:
+    """NumPy as the library sees it, recording the operand shapes of every ``matmul``."""
+
+    def __init__(self):
+        self.shapes = []
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def matmul(self, a, b, *args, **kw):
+        self.shapes.append((a.shape, b.shape))
+        return np.matmul(a, b, *args, **kw)
+
+
+@pytest.mark.parametrize("lead", ["contiguous", "transposed"])
+def test_stacked_activations_times_a_weight_is_one_gemm(monkeypatch, lead):
+    """(8, 5, 6) activations · a (6, 7) weight: one GEMM over 40 merged rows (NumPy would call BLAS per stacked
+    matrix, packing the weight each time); activations whose leading axes do not merge keep the stacked call."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 8, 6) if lead == "transposed" else (8, 5, 6)).astype(np.float32)
+    x = x.transpose(1, 0, 2) if lead == "transposed" else x
+    w = rng.standard_normal((7, 6)).astype(np.float32)
+    spy = _MatmulSpy()
+    monkeypatch.setattr(L, "np", spy)
+    out = np.empty((8, 5, 7), np.float32)
+    assert L.fused_matmul(x, w, 1.0, 0, 1, 0, 0, out=out) is out          # x · wᵀ, as the exported step calls it
+    assert spy.shapes == ([((40, 6), (6, 7))] if lead == "contiguous" else [((8, 5, 6), (6, 7))])
+    np.testing.assert_allclose(out, np.einsum("abk,nk->abn", x.astype(np.float64), w.astype(np.float64)),
+                               rtol=1e-5, atol=1e-5)
+    half = L.matmul(x.astype(np.float16), w.T.astype(np.float16), out=np.empty((8, 5, 7), np.float16))
+    assert half.dtype == np.float16
