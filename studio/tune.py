@@ -36,6 +36,8 @@ from typing import Callable, Iterable, Sequence
 from ir.errors import StudioError
 from studio.recipe import SUBSTATION, Pass, run_pass, run_recipe, tune_one_layer
 from studio.tune_db import ResultsDB, Score
+from studio.tune_kernels import Cutouts, measure_kernels, price
+from studio.tune_kernels import context_of as kernel_context
 
 OBJECTIVES = ("bytes", "time")
 
@@ -260,6 +262,8 @@ class Progress:
     failed: int = 0             # candidates whose passes raised (they never rank)
     best: Score | None = None
     best_candidate: Candidate | None = None
+    kernels_measured: int = 0   # kernel structures timed in cutouts in this search
+    kernels_reused: int = 0     # kernel structures whose time came from the database or an earlier cutout
 
 
 @dataclass
@@ -274,6 +278,7 @@ class TuneResult:
     table: list[tuple[Candidate, Score]] = field(default_factory=list)
     baseline_candidate: Candidate | None = None
     measured: list[Measured] = field(default_factory=list)
+    cutouts: Cutouts | None = None
 
     @property
     def chosen(self) -> Candidate:
@@ -305,13 +310,15 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
            start: Sequence[Sequence[Pass]] = (SUBSTATION,), transfer: bool | None = None, beam: int = 8,
            batch: int = 8, peaks=None, on_progress: Callable[[Progress], None] | None = None,
            stop: Callable[[], bool] | None = None, measure: int = 0, reps: int = 10,
-           threads: int | None = None) -> TuneResult:
+           threads: int | None = None, cutouts: int = 0) -> TuneResult:
     """The search described in the module docstring. ``budget``: evaluations (database hits count
     too, so a warm start walks the same path); ``minutes``: wall time; both: whichever ends first.
     ``measure``: that many finalists (the best after the hand recipe) are then timed against the
     hand recipe as exported CPU steps (``measure_pair``, as timing tasks of the evaluator), and
     ``TuneResult.chosen`` is the fastest measured, or the recipe when none beats it by more than
-    half the spread of its paired ratios."""
+    half the spread of its paired ratios. ``cutouts`` (time objective): before that, the hand recipe and
+    that many of the best candidates are priced by their kernels' measured times (``tune_kernels``), and
+    the finalists are the cheapest of them by that price instead of by the roofline."""
     if objective not in OBJECTIVES:
         raise StudioError(f"unknown objective '{objective}'; choose one of {', '.join(OBJECTIVES)}")
     if objective == "time" and peaks is None:
@@ -387,8 +394,14 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
     best, score = table[0]
     res = TuneResult(best, score, seen[baseline_key][1], prog, stopped, context, transfer, table,
                      baseline_candidate=seen[baseline_key][0])
+    finalists = [c for c, _ in table if c.key != baseline_key]
+    if objective == "time" and cutouts and not stopped:
+        res.cutouts = _price_by_cutouts(model, [res.baseline_candidate] + finalists[:cutouts], evaluator, db,
+                                        transfer, reps, threads, stop, on_progress, prog)
+        price = {p.candidate: p.seconds for p in res.cutouts.prices}
+        finalists = sorted((c for c in finalists if c.key in price), key=lambda c: (price[c.key], c.key))
     if measure and not stopped:
-        finalists = [c for c, _ in table if c.key != baseline_key][:measure]
+        finalists = finalists[:measure]
         for c in finalists:
             if stop and stop():
                 break
@@ -401,6 +414,30 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
             if on_progress is not None:
                 on_progress(prog)
     return res
+
+
+def _price_by_cutouts(model: ModelRef, candidates: list[Candidate], evaluator, db: ResultsDB | None,
+                      transfer: bool, reps: int, threads: int | None, stop, on_progress, prog: Progress) -> Cutouts:
+    """Each candidate's kernels timed as cutouts (only structures not timed before), then priced."""
+    context, about = kernel_context(threads)
+    times = db.kernel_times(context) if db is not None else {}
+    out = Cutouts()
+    for c in candidates:
+        if stop and stop():
+            break
+        keys, new = evaluator.measure(measure_kernels, model, c, transfer, frozenset(times), threads, reps)
+        for t in new:
+            times[t.key] = t
+            if db is not None:
+                db.put_kernel_time(context, t, about)
+        found = price(c.key, keys, times, len(new), len(set(keys.values())) - len(new))
+        prog.kernels_measured += len(new)
+        prog.kernels_reused += len(set(keys.values())) - len(new)
+        if found is not None:
+            out.prices.append(found)
+        if on_progress is not None:
+            on_progress(prog)
+    return out
 
 
 def history_passes(path: str | Path) -> list[Pass]:

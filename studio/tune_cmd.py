@@ -44,6 +44,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                              f"{p.reused:4d}  {best}  {time.monotonic() - t0:6.1f} s\n")
         shown["generation"] = p.generation
 
+    measure = args.measure if args.measure is not None else 3 if args.objective == "time" else 0
     evaluator = LocalEvaluator() if args.workers == 1 and not args.scheduler else \
         DaskEvaluator(args.workers, args.scheduler)
     try:
@@ -56,7 +57,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         res = search(model, evaluator=evaluator, db=db, objective=args.objective, budget=args.budget,
                      minutes=args.minutes, seed=args.seed, start=starts, beam=args.beam, batch=args.batch,
                      on_progress=on_progress, reps=args.reps, threads=args.threads,
-                     measure=args.measure if args.measure is not None else 3 if args.objective == "time" else 0)
+                     measure=measure, cutouts=args.cutouts if args.cutouts is not None else 2 * measure)
     finally:
         if bar is not None:
             bar.stop()
@@ -72,6 +73,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"({res.progress.reused} from the database), {res.progress.generation} generations; "
           f"best {_fmt(best.value, args.objective)} against the hand recipe's {_fmt(base.value, args.objective)} "
           f"({gain}); {len(res.best.passes)} passes: {', '.join(p.transformation for p in res.best.passes)}")
+    if res.cutouts is not None and res.cutouts.prices:
+        recipe = next((p for p in res.cutouts.prices if p.candidate == res.baseline_candidate.key), None)
+        cheapest = min(res.cutouts.prices, key=lambda p: (p.seconds, p.candidate))
+        print(f"cutouts: {len(res.cutouts.prices)} sequences priced by their kernels' measured times "
+              f"({res.cutouts.measured} kernel structures measured, {res.cutouts.reused} from earlier measurements); "
+              f"the recipe's kernels {recipe.seconds * 1e3 if recipe else float('nan'):.1f} ms, the cheapest "
+              f"{cheapest.seconds * 1e3:.1f} ms")
     for m in res.measured:
         print(f"measured: exported step {m.candidate_ms:.1f} ms against the recipe's {m.recipe_ms:.1f} ms "
               f"({m.ratio:.3f}x, paired spread {m.spread:.1%}, {m.threads} threads)"
@@ -122,6 +130,10 @@ def add_parser(sub) -> None:
     p.add_argument("--measure", type=int, default=None, metavar="K",
                    help="time the K best sequences' exported CPU steps against the recipe's and write the fastest "
                         "(default 3 with --objective time, else 0)")
+    p.add_argument("--cutouts", type=int, default=None, metavar="K",
+                   help="with --objective time: price the recipe and the K best sequences by their kernels' times, "
+                        "each distinct kernel measured once as a cutout on recorded inputs and kept in the database; "
+                        "the finalists are the cheapest (default 2 x --measure)")
     p.add_argument("--reps", type=int, default=10, help="paired steps per measurement (default 10)")
     p.add_argument("--threads", type=int, default=None, help="threads of the measured steps (default: all cores)")
     p.add_argument("--no-check", action="store_true", help="do not replay the result against the original model")

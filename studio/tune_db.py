@@ -5,7 +5,10 @@ the model's sha256, bindings, optimizer file, objective, transfer mode, the fing
 transformation code, and for time objectives the machine fingerprint and thread count) and the
 candidate's canonical key (its passes as JSON). Table ``measurements``: a finalist's exported step
 timed against the hand recipe's (medians, their ratio, the spread of the paired ratios, threads),
-under the same keys; a time objective's context holds the machine fingerprint and thread count.
+under the same keys; a time objective's context holds the machine fingerprint and thread count. Table
+``kernel_times`` (added in place: files without it gain it, schema 1 readers ignore it): one kernel
+structure's median time, spread and load average (``studio.tune_kernels``), keyed by a context of machine
+fingerprint, thread count, backend and code, and the kernel's structure key.
 A second run with the same context reads its
 earlier results instead of evaluating again (warm start); a changed machine or changed
 transformation code is another context, so stale values are never reused.
@@ -70,6 +73,10 @@ class ResultsDB:
             context TEXT NOT NULL, candidate TEXT NOT NULL, value REAL NOT NULL, bytes INTEGER NOT NULL,
             steps INTEGER NOT NULL, graph_hash TEXT NOT NULL, seconds REAL NOT NULL, error TEXT,
             about TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (context, candidate))""")
+        self._db.execute("""CREATE TABLE IF NOT EXISTS kernel_times (
+            context TEXT NOT NULL, kernel TEXT NOT NULL, median_s REAL NOT NULL, spread REAL NOT NULL,
+            load REAL NOT NULL, label TEXT NOT NULL, about TEXT NOT NULL, created REAL NOT NULL,
+            PRIMARY KEY (context, kernel))""")
         self._db.execute("""CREATE TABLE IF NOT EXISTS measurements (
             context TEXT NOT NULL, candidate TEXT NOT NULL, recipe_ms REAL NOT NULL, candidate_ms REAL NOT NULL,
             ratio REAL NOT NULL, spread REAL NOT NULL, threads INTEGER NOT NULL, created REAL NOT NULL,
@@ -95,6 +102,18 @@ class ResultsDB:
     def put_measured(self, context: str, m) -> None:
         self._db.execute("INSERT OR REPLACE INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          (context, m.key, m.recipe_ms, m.candidate_ms, m.ratio, m.spread, m.threads, time.time()))
+
+    def kernel_times(self, context: str) -> dict:
+        """Every kernel structure timed in ``context`` (``studio.tune_kernels.KernelTime`` by key)."""
+        from studio.tune_kernels import KernelTime
+        rows = self._db.execute("SELECT kernel, median_s, spread, load, label FROM kernel_times WHERE context = ?",
+                                (context,)).fetchall()
+        return {r[0]: KernelTime(*r) for r in rows}
+
+    def put_kernel_time(self, context: str, t, about: dict) -> None:
+        self._db.execute("INSERT OR REPLACE INTO kernel_times VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         (context, t.key, t.median_s, t.spread, t.load, t.label, json.dumps(about, sort_keys=True),
+                          time.time()))
 
     def count(self, context: str) -> int:
         return self._db.execute("SELECT COUNT(*) FROM results WHERE context = ?", (context,)).fetchone()[0]

@@ -19,6 +19,7 @@ from studio.cli import main
 from studio.recipe import SUBSTATION, Pass
 from studio.tune import POOL, Candidate, DaskEvaluator, LocalEvaluator, ModelRef, mutate, search
 from studio.tune_db import SCHEMA, ResultsDB, Score
+from studio.tune_kernels import context_of
 
 
 @pytest.fixture
@@ -221,3 +222,52 @@ def test_time_objective_measures_finalists_and_keeps_them(model, tmp_path):
     assert (res.chosen.key == fastest.key) == (fastest.ratio - 1 > fastest.spread / 2)
     again = search(model, evaluator=LocalEvaluator(), db=db, objective="time", budget=10, seed=4, measure=2, reps=3)
     assert again.measured == res.measured and again.progress.evaluated == 0
+
+
+def test_kernel_structure_keys_name_what_runs_not_what_it_is_called(fixtures_dir):
+    """Equal kernels under other names share a key; another shape is another key; views cost nothing."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from ir.onnx_import import import_proto
+    from studio.tune_kernels import statement_keys
+    from tests.unit.ir.onnx_models import model as onnx_model, vi
+    from transforms.registry import create
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"), helper.make_node("Relu", ["y"], ["b"], name="other"),
+             helper.make_node("Relu", ["z"], ["c"], name="wider"),
+             helper.make_node("Reshape", ["c", "flat"], ["d"], name="view")]
+    g = import_proto(onnx_model(nodes, [vi("x", [4, 5]), vi("y", [4, 5]), vi("z", [4, 6])],
+                                [vi("a", [4, 5]), vi("b", [4, 5]), vi("d", [24])],
+                                [numpy_helper.from_array(np.array([24], np.int64), "flat")]))
+    expand = create("expand")
+    for m in list(expand.matches(g)):
+        if expand.check(g, m).ok:
+            expand.rewrite(g, m, 1)
+    keys = statement_keys(g)
+    ids = {k.split("/")[0]: k for k in keys}
+    assert set(ids) == {"first", "other", "wider"}                       # the view is free: no key
+    assert keys[ids["first"]] == keys[ids["other"]] != keys[ids["wider"]]
+
+
+@pytest.mark.slow
+def test_time_objective_prices_candidates_by_kernel_cutouts_and_remembers_them(model, tmp_path):
+    """``cutouts``: the recipe and the best candidates priced by their kernels' measured times, each distinct
+    kernel structure timed once; the finalists are the cheapest; a second run measures no kernel at all and
+    chooses the same sequence."""
+    db = ResultsDB(tmp_path / "r.sqlite")
+    kw = dict(evaluator=LocalEvaluator(), db=db, objective="time", budget=10, seed=4, measure=1, reps=3, cutouts=3)
+    res = search(model, **kw)
+    priced = res.cutouts.prices
+    assert priced and priced[0].candidate == res.baseline_candidate.key and len(priced) <= 4
+    assert all(p.seconds > 0 and p.statements > 0 for p in priced)
+    assert res.cutouts.measured == res.progress.kernels_measured > 0
+    assert res.cutouts.measured + res.cutouts.reused == sum(p.measured + p.reused for p in priced)
+    others = [p for p in priced if p.candidate != res.baseline_candidate.key]
+    cheapest = min(others, key=lambda p: (p.seconds, p.candidate))
+    assert [m.key for m in res.measured] == [cheapest.candidate]
+    assert len(db.kernel_times(context_of(None)[0])) == res.cutouts.measured
+    again = search(model, **kw)
+    assert again.progress.kernels_measured == 0
+    assert again.progress.kernels_reused == res.cutouts.measured + res.cutouts.reused
+    assert again.chosen.key == res.chosen.key
+    assert [p.seconds for p in again.cutouts.prices] == [p.seconds for p in priced]
