@@ -51,6 +51,9 @@ POOL: tuple[Pass, ...] = (
     Pass("select_impl"), Pass("conv_weight_grad"), Pass("view_alias"),
 )
 MAX_LENGTH = 24
+CUTOUT_SLACK = 0.02
+"""A candidate whose kernels' measured times sum to more than the recipe's by this fraction is not timed as a
+whole step (its kernels already say it is slower)."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,10 @@ class TuneResult:
     @property
     def chosen(self) -> Candidate:
         """The best by the objective; with measured finalists, the fastest measured one, and the hand
-        recipe when none of them beat it."""
+        recipe when none of them beat it; with kernel cutouts and nothing measured, the cheapest priced."""
+        if not self.measured and self.cutouts is not None and self.cutouts.prices:
+            cheapest = min(self.cutouts.prices, key=lambda p: (p.seconds, p.candidate)).candidate
+            return next((c for c, _ in self.table if c.key == cheapest), self.baseline_candidate)
         if not self.measured:
             return self.best
         fastest = max(self.measured, key=lambda m: (m.ratio, m.key))
@@ -318,7 +324,8 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
     ``TuneResult.chosen`` is the fastest measured, or the recipe when none beats it by more than
     half the spread of its paired ratios. ``cutouts`` (time objective): before that, the hand recipe and
     that many of the best candidates are priced by their kernels' measured times (``tune_kernels``), and
-    the finalists are the cheapest of them by that price instead of by the roofline."""
+    the finalists are the cheapest of them by that price instead of by the roofline, leaving out any
+    priced above the recipe by more than ``CUTOUT_SLACK``."""
     if objective not in OBJECTIVES:
         raise StudioError(f"unknown objective '{objective}'; choose one of {', '.join(OBJECTIVES)}")
     if objective == "time" and peaks is None:
@@ -399,7 +406,8 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
         res.cutouts = _price_by_cutouts(model, [res.baseline_candidate] + finalists[:cutouts], evaluator, db,
                                         transfer, reps, threads, stop, on_progress, prog)
         price = {p.candidate: p.seconds for p in res.cutouts.prices}
-        finalists = sorted((c for c in finalists if c.key in price), key=lambda c: (price[c.key], c.key))
+        bar = price.get(baseline_key, float("inf")) * (1 + CUTOUT_SLACK)
+        finalists = sorted((c for c in finalists if price.get(c.key, bar) < bar), key=lambda c: (price[c.key], c.key))
     if measure and not stopped:
         finalists = finalists[:measure]
         for c in finalists:

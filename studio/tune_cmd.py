@@ -79,7 +79,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"cutouts: {len(res.cutouts.prices)} sequences priced by their kernels' measured times "
               f"({res.cutouts.measured} kernel structures measured, {res.cutouts.reused} from earlier measurements); "
               f"the recipe's kernels {recipe.seconds * 1e3 if recipe else float('nan'):.1f} ms, the cheapest "
-              f"{cheapest.seconds * 1e3:.1f} ms")
+              f"{cheapest.seconds * 1e3:.1f} ms; the others "
+              + ", ".join(f"{p.seconds * 1e3:.1f}" for p in res.cutouts.prices if p is not recipe and p is not cheapest)
+              + " ms")
+        if args.objective == "time" and not res.measured:
+            print("cutouts: no sequence's kernels are cheaper than the recipe's; writing the recipe")
     for m in res.measured:
         print(f"measured: exported step {m.candidate_ms:.1f} ms against the recipe's {m.recipe_ms:.1f} ms "
               f"({m.ratio:.3f}x, paired spread {m.spread:.1%}, {m.threads} threads)"
