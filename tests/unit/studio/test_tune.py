@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sqlite3
 import threading
 
@@ -145,6 +146,21 @@ def test_cli_writes_a_history_that_replays_with_check(fixtures_dir, tmp_path, ca
     code = main(["tune", str(fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx"), "-o", str(out),
                  "--budget", "16", "--workers", "1", "--db", str(db), "--quiet", "--no-check"])
     assert code == 0 and "(16 from the database)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_cli_time_objective_reports_kernel_cutouts(fixtures_dir, tmp_path, capsys):
+    """``--objective time --cutouts 2``: the line naming how many kernel structures were measured; the same
+    command again measures none of them."""
+    args = ["tune", str(fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx"), "-o", str(tmp_path / "t.json"),
+            "--objective", "time", "--budget", "6", "--measure", "1", "--cutouts", "2", "--reps", "3",
+            "--workers", "1", "--db", str(tmp_path / "r.sqlite"), "--quiet", "--no-check"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert re.search(r"cutouts: [23] sequences priced by their kernels' measured times \([1-9]\d* kernel structures "
+                     r"measured", first), first
+    assert main(args) == 0
+    assert re.search(r"\(0 kernel structures measured, [1-9]\d* from earlier measurements\)", capsys.readouterr().out)
 
 
 def test_cli_bad_input_exits_2(tmp_path, capsys):
