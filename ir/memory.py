@@ -53,7 +53,6 @@ def is_alias(node) -> bool:
     return isinstance(node, OpNode) and not node.domain and node.op_type in VIEW_OPS and node.impl == ALIAS
 
 
-
 @dataclass(frozen=True)
 class Lifetime:
     container: str

@@ -76,13 +76,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if res.cutouts is not None and res.cutouts.prices:
         recipe = next((p for p in res.cutouts.prices if p.candidate == res.baseline_candidate.key), None)
         cheapest = min(res.cutouts.prices, key=lambda p: (p.seconds, p.candidate))
+        others = [f"{p.seconds * 1e3:.1f}" for p in res.cutouts.prices if p is not recipe and p is not cheapest]
         print(f"cutouts: {len(res.cutouts.prices)} sequences priced by their kernels' measured times "
               f"({res.cutouts.measured} kernel structures measured, {res.cutouts.reused} from earlier measurements); "
               f"the recipe's kernels {recipe.seconds * 1e3 if recipe else float('nan'):.1f} ms, the cheapest "
-              f"{cheapest.seconds * 1e3:.1f} ms; the others "
-              + ", ".join(f"{p.seconds * 1e3:.1f}" for p in res.cutouts.prices if p is not recipe and p is not cheapest)
-              + " ms")
-        if args.objective == "time" and not res.measured:
+              f"{cheapest.seconds * 1e3:.1f} ms" + (f"; the others {', '.join(others)} ms" if others else ""))
+        if not res.measured and chosen.key == res.baseline_candidate.key:
             print("cutouts: no sequence's kernels are cheaper than the recipe's; writing the recipe")
     for m in res.measured:
         print(f"measured: exported step {m.candidate_ms:.1f} ms against the recipe's {m.recipe_ms:.1f} ms "
