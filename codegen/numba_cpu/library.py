@@ -8,7 +8,8 @@ package carries a verbatim copy of it (``_lib.py``), so it must not import anyth
   ``os.sched_getaffinity`` grouped by the cores sysfs names), so a package started under
   ``taskset`` or a container's CPU set uses the cores it was given, not the machine's;
 - ``matmul``, ``gemm``, ``fused_matmul``: ONNX MatMul / Gemm / com.microsoft
-  FusedMatMul as one ``np.matmul`` (OpenBLAS sgemm) each, with alpha and the bias
+  FusedMatMul as one ``np.matmul`` (OpenBLAS sgemm) each — stacked activations times a
+  weight matrix as one GEMM over the merged rows (``_product``) — with alpha and the bias
   applied in place, in the operands' dtype (fp16 accumulates in float32, like the
   reference). The ``blocked`` implementation choice is a reference-executor variant;
   here every contraction is one BLAS call.
