@@ -438,9 +438,10 @@ def _price_by_cutouts(model: ModelRef, candidates: list[Candidate], evaluator, d
             times[t.key] = t
             if db is not None:
                 db.put_kernel_time(context, t, about)
-        found = price(c.key, keys, times, len(new), len(set(keys.values())) - len(new))
+        reused = len(set(keys.values())) - len(new)
+        found = price(c.key, keys, times, len(new), reused)
         prog.kernels_measured += len(new)
-        prog.kernels_reused += len(set(keys.values())) - len(new)
+        prog.kernels_reused += reused
         if found is not None:
             out.prices.append(found)
         if on_progress is not None:

@@ -67,9 +67,8 @@ def _shape_of(graph: Graph, name: str) -> list:
 
 def statement_keys(graph: Graph) -> dict[str, str]:
     """Per top-level kernel id that runs work (views and folded constants cost nothing): its structure key."""
-    from codegen.numba_cpu.backend import CPU
-    from codegen.program.program import build_program
-    prog = build_program(graph, CPU.renderer(False), kernels_may_alias=CPU.kernels_may_alias)
+    from codegen.numba_cpu.backend import program
+    prog = program(graph)
     keys = {}
     for st in prog.statements:
         if st.kind in FREE_KINDS:

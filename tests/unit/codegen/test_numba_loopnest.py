@@ -177,23 +177,30 @@ def test_parallel_only_when_the_outer_loop_owns_its_writes():
 
 
 
-def test_schedules_follow_memory_order():
-    """A transpose runs in tiles; a reduction over rows of a map over columns runs rows-outside with
-    one accumulator per column (contiguous innermost loop); both stay exact."""
-    from codegen.numba_cpu import schedules
-    m = model([helper.make_node("Transpose", ["x"], ["xt"], name="tr", perm=[1, 0]),
-               helper.make_node("Gelu", ["x"], ["gx"], name="gelu", domain="com.microsoft"),
-               helper.make_node("ReduceSum", ["gx", "axes"], ["s"], name="colsum", keepdims=0)],
-              [vi("x", [300, 70])], [vi("xt", [70, 300]), vi("s", [70])],
+def _gelu_column_sum(shape, extra_nodes, extra_outputs):
+    """GELU of x and its sum over rows (``s``), beside ``extra_nodes``, expanded into maps; the first
+    reduction_fusion match applied. Returns the graph and whether one applied."""
+    from transforms.registry import create
+    m = model(extra_nodes + [helper.make_node("Gelu", ["x"], ["gx"], name="gelu", domain="com.microsoft"),
+                             helper.make_node("ReduceSum", ["gx", "axes"], ["s"], name="colsum", keepdims=0)],
+              [vi("x", shape)], extra_outputs + [vi("s", [shape[1]])],
               [numpy_helper.from_array(np.array([0], np.int64), "axes")])
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     g = import_proto(m)
     lowering.expand_all(g)
-    from transforms.registry import create
     rf = create("reduction_fusion")
-    fused = [m for m in rf.matches(g) if rf.check(g, m).ok]
+    fused = [x for x in rf.matches(g) if rf.check(g, x).ok]
     if fused:
         rf.rewrite(g, fused[0], 1)
+    return g, bool(fused)
+
+
+def test_schedules_follow_memory_order():
+    """A transpose runs in tiles; a reduction over rows of a map over columns runs rows-outside with
+    one accumulator per column (contiguous innermost loop); both stay exact."""
+    from codegen.numba_cpu import schedules
+    g, _ = _gelu_column_sum([300, 70], [helper.make_node("Transpose", ["x"], ["xt"], name="tr", perm=[1, 0])],
+                            [vi("xt", [70, 300])])
     kinds = {n.id: schedules.choose(n) for n in g.nodes.values() if isinstance(n, MapNode)}
     assert kinds["tr/expanded"] == "tiled"
     assert "columns" in kinds.values() or kinds.get("colsum/expanded") == "columns"
@@ -208,19 +215,9 @@ def test_column_reductions_run_whole_rows_or_blocks(columns):
     column loop is one block from 0 (vectorizes and streams; 4x faster on the BERT GELU
     gradient), wider maps keep blocks of COLUMNS. Both equal the reference."""
     from codegen.numba_cpu import schedules
-    from transforms.registry import create
     assert schedules.WHOLE_ROW < 16400
-    m = model([helper.make_node("Gelu", ["x"], ["gx"], name="gelu", domain="com.microsoft"),
-               helper.make_node("ReduceSum", ["gx", "axes"], ["s"], name="colsum", keepdims=0)],
-              [vi("x", [5, columns])], [vi("gx", [5, columns]), vi("s", [columns])],
-              [numpy_helper.from_array(np.array([0], np.int64), "axes")])
-    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    g = import_proto(m)
-    lowering.expand_all(g)
-    rf = create("reduction_fusion")
-    fused = [x for x in rf.matches(g) if rf.check(g, x).ok]
+    g, fused = _gelu_column_sum([5, columns], [], [vi("gx", [5, columns])])
     assert fused
-    rf.rewrite(g, fused[0], 1)
     maps = [n for n in g.nodes.values() if isinstance(n, MapNode) and schedules.choose(n) == "columns"]
     assert len(maps) == 1
     text = kernel_source(maps[0], g).source

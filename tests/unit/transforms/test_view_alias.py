@@ -65,8 +65,7 @@ def test_a_view_of_a_broadcast_stays_a_copy():
 def test_the_exported_program_is_the_same_and_runs_the_alias_as_a_view():
     """The program already gave the view as ``x.reshape(…)``: the alias changes the count, not the code."""
     pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
-    from codegen.numba_cpu.backend import CPU as BACKEND
-    from codegen.program.program import build_program
+    from codegen.numba_cpu.backend import program
     from codegen.program.traffic import traffic
     g = _heads_graph()
     t = create("view_alias")
@@ -76,7 +75,7 @@ def test_the_exported_program_is_the_same_and_runs_the_alias_as_a_view():
         t.rewrite(work, m, 1)
 
     def lines(graph):
-        prog = build_program(graph, BACKEND.renderer(False), kernels_may_alias=BACKEND.kernels_may_alias)
+        prog = program(graph)
         return [(st.kind, tuple(st.lines)) for st in prog.statements], traffic(prog)
     (before, moved_before), (after, moved_after) = lines(g), lines(work)
     assert before == after
