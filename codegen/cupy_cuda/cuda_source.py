@@ -50,6 +50,8 @@ PRELUDE = """#include <cuda_fp16.h>
 
 template <typename T> __device__ T dcs_max(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> __device__ T dcs_min(T a, T b) { return (a < b || a != a) ? a : b; }
+template <typename T> __device__ __forceinline__ T dcs_sq(T a) { return a * a; }
+template <typename T> __device__ __forceinline__ T dcs_cube(T a) { return a * a * a; }
 template <int OP, typename T> __device__ __forceinline__ T dcs_op(T a, T b) {
   if (OP == 0) return a + b;
   if (OP == 1) return a * b;

@@ -28,6 +28,7 @@ from ir.nodes import MapNode, Tasklet
 
 CACHE_STEPS = 8            # at most this many points of a row per thread for the unrolled, cached loops
 CACHE_REGISTERS = 48       # at most this many cached values per thread (K per cached element)
+PREFETCH = True            # elements only a later nested map reads are loaded by the first one too
 ROWS_PER_SUMMING_BLOCK = 4  # rows a block takes when it sums into elements shared by all rows
 MIN_SUMMING_BLOCKS = 256    # …while keeping at least this many blocks
 
@@ -73,6 +74,7 @@ class RowCache:
         self.maps = maps
         self.dtypes = dtypes           # canonical element -> compute dtype
         self.sums: dict[str, tuple[str, str]] = {}   # shared sums: canonical element -> (register array, dtype)
+        self.prefetched: dict[str, MapNode] = {}   # element read by one later nested map -> that map
         self.rows = 1                  # rows per block (``rows`` kind with shared sums)
         self.counts: list[tuple[str, int, int, int]] = []
         self.total = 0
@@ -101,11 +103,14 @@ class RowCache:
                 dtypes[key] = k.dtype(mem.container)
         shared = sorted((key for key, at in uses.items() if len(at) > 1), key=lambda key: (-len(uses[key]), key))
         shared = shared[:CACHE_REGISTERS // steps]
+        later = sorted(key for key, at in uses.items() if len(at) == 1 and at[0] > 0)
+        later = later[:max(0, CACHE_REGISTERS // steps - len(shared))] if PREFETCH else []
         arrays, first = {}, {}
-        for key in sorted(shared, key=lambda key: (uses[key][0], key)):
+        for key in sorted(shared, key=lambda key: (uses[key][0], key)) + later:
             arrays[key] = f"c{len(arrays)}"
-            first[key] = uses[key][0]
+            first[key] = 0 if key in later else uses[key][0]
         cache = cls(steps, arrays, first, nested, {key: COMPUTE.get(dt, dt) for key, dt in dtypes.items()})
+        cache.prefetched = {key: nested[uses[key][0]] for key in later}
         cache.counts, cache.total = nested_counts(k, nested[0]), total
         if plan.kind == "rows":
             cache._plan_rows(k, plan)
@@ -177,8 +182,17 @@ class RowCache:
         at = self.maps.index(n)
         loads = canonical_loads(k, n)
         for key, name in self.arrays.items():
-            if self.first[key] == at:
+            if self.first[key] == at and key not in self.prefetched:
                 k.line(f"{name}[it] = {loaded(k, loads[key])};")
+        for key, later in self.prefetched.items():
+            if at == 0:        # the later map's params are at this map's positions (same points, same order)
+                saved = dict(k.params)
+                k.params.update({p: k.params[q] for (p, _), (q, _) in zip(later.params, n.params)})
+                try:
+                    k.line(f"{self.arrays[key]}[it] = {loaded(k, canonical_loads(k, later)[key])};   // prefetched")
+                finally:
+                    k.params.clear()
+                    k.params.update(saved)
 
     def value(self, k: _Cuda, n: MapNode, t: Tasklet) -> str:
         """The tasklet's expression, its cached inputs read from registers."""

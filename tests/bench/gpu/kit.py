@@ -10,7 +10,8 @@ structure, same operators, same scales — not the same numbers.
 
 Cases: every fixture training graph (``tests/fixtures``) as imported and after the recipe, every
 model of the zoo (``tests/zoo``) after the recipe, and the BERT-base layer training step of
-``tests/bench/test_bench_codegen_bert.py`` after the recipe (the step timed against PyTorch).
+``tests/bench/test_bench_codegen_bert.py`` after the recipe (the step timed against PyTorch), and
+after the recipe and ``view_alias`` (``bert_base_layer_aliased``).
 ``cases.json`` lists them.
 """
 from __future__ import annotations
@@ -99,6 +100,21 @@ def _recipe(model: Path, work: Path, case: str) -> Path | None:
     return hist if code == 0 else None
 
 
+def _aliased(out: Path, rows: list) -> None:
+    """The BERT-base case again, its recipe followed by ``view_alias`` at every match (a view op run as
+    an alias of its input, as ``tune`` may choose): the CUDA export of a history that holds it."""
+    from studio.session import Session
+    base = next(r for r in rows if r["case"] == "bert_base_layer_recipe")
+    s = Session.open(rebuild(out, base, WORK))
+    s.load_history(out / base["history"])
+    if s.apply_pass("view_alias") is None:
+        print("  view_alias applies nowhere after the recipe: no aliased case", flush=True)
+        return
+    hist = out / "bert_base_layer_aliased.history.json"
+    s.save_history(hist)
+    rows.append(base | {"case": "bert_base_layer_aliased", "history": hist.name})
+
+
 def fixture_cases() -> list[tuple[str, Path]]:
     cases = [(f"fix_{p.stem}", p) for p in sorted((FIX / "joint_standard").glob("*.onnx"))]
     for sub in ("mlp/legacy", "tiny_resnet/legacy", "bert_layer_small/legacy_ln3"):
@@ -143,6 +159,7 @@ def main(argv: list[str]) -> int:
         train = work / "bert_base_layer_train.onnx"
         onnx.save(build_training_graph(_export(bert_layer().train(), (x,)), loss="mse", optimizer="adamw"), train)
         _save_case(out, "bert_base_layer_recipe", train, True, rows)
+        _aliased(out, rows)
     listed = out / "cases.json"
     old = json.loads(listed.read_text()) if only and listed.exists() else []
     merged = {r["case"]: r for r in old} | {r["case"]: r for r in rows}

@@ -5,7 +5,8 @@ BERT-base layer step after the recipe is printed again with one knob of ``row_ca
 ``split_blocks`` or ``reduction_pattern`` changed, compiled, launched on random inputs of its shapes and timed (CUDA
 events over a captured graph, as the kernel table) against a same-run copy of the same bytes.
 Knobs: the row cache off (``CACHE_STEPS = 0``), 1, 2 or 8 rows per summing block (default 4), a
-warp per row up to 1,024 points (default 128), and no split of long rows or of long columns. What the numbers say
+warp per row up to 1,024 points (default 128), no split of long rows or of long columns, and no
+prefetch of the elements only a later nested map reads. What the numbers say
 decides the defaults; nothing here changes them.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ VARIANTS = {                       # name: {(module, constant): value}
                               ("row_cache", "CACHE_REGISTERS"): 128},
     "no_split": {("split_blocks", "SPLIT_MIN"): 1 << 62},
     "no_column_split": {("split_blocks", "COLUMN_SPLIT_MIN"): 1 << 62},
+    "no_prefetch": {("row_cache", "PREFETCH"): False},
 }
 
 

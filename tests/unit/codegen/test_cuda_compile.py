@@ -121,6 +121,10 @@ def test_cuda_printer_uses_float_functions():
     assert to_cuda(E.Select(E.Bin("gt", x, E.c(0.0)), x, E.c(0.0))) == "((x > 0.0f) ? x : 0.0f)"
     assert to_cuda(E.Un("neg", E.Un("exp", x))) == "(-expf(x))"
     assert to_cuda(E.c(float("-inf"))) == "-INFINITY" and to_cuda(E.Cast(x, "float16")) == "((__half)(x))"
+    powers = {2.0: "dcs_sq(x)", 3.0: "dcs_cube(x)", 0.5: "sqrtf(x)", -1.0: "(1.0f / x)", 1.0: "(x)",
+              1.5: "powf(x, 1.5f)"}
+    assert {k: to_cuda(E.Bin("pow", x, E.c(k))) for k in powers} == powers
+    assert to_cuda(E.Bin("pow", x, E.Var("y"))) == "powf(x, y)"
 
 
 def test_kernels_print_the_expression_trees_with_to_cuda():

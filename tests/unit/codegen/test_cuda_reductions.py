@@ -79,9 +79,15 @@ def test_layernorm_forward_is_one_block_per_row(recipe):
     assert ks.launch.kind == "rows" and ks.launch.block == (256, 1) and ks.launch.grid == 8 * 128
     assert body.count("__syncthreads();") == 2 and ks.launch.shared_bytes == 2 * 8 * 4   # sum, then sq_sum
     assert "long long rest = blockIdx.x;" in body and "j = threadIdx.x + it * 256;" in body
-    # the three summands of the row (bias, residual, dense output) are read once, by the mean's pass
-    assert re.findall(r"float c\d\[3\];", body) == ["float c0[3];", "float c1[3];", "float c2[3];"]
+    # the three summands of the row (bias, residual, dense output) are read once, by the mean's pass;
+    # scale and bias, read only by the output's pass, are prefetched there too (loads in flight before
+    # the two barriers instead of after them)
+    assert re.findall(r"float c\d\[3\];", body) == [f"float c{i}[3];" for i in range(5)]
     assert body.count("= a0[") == body.count("= a1[") == body.count("= a2[") == 1
+    first_barrier = body.index("__syncthreads();")
+    for scale_or_bias in ("c3[it] = a4[(p2)];   // prefetched", "c4[it] = a5[(p2)];   // prefetched"):
+        assert body.index(scale_or_bias) < first_barrier
+    assert "* c3[it]) + c4[it])" in body
     assert body.count("if (threadIdx.x == 0)") == 2                                        # saved mean, inv std
 
 
@@ -283,12 +289,17 @@ def _case(name: str, storage=None, seed=0):
         x = rng.standard_normal(g.containers[n].concrete_shape(g.bindings))
         feeds[n] = (1 + 0.02 * x if name in NEAR_ONE else np.abs(x) + 0.5 if n == "inv" else x).astype(np.float32)
     values = run(g, feeds, outputs=list(ks.arrays))
+    return ks, _launch_arrays(ks, values), {c: values[c] for c in ks.outputs}
+
+
+def _launch_arrays(ks, values: dict) -> dict:
+    """The kernel's inputs as computed; its outputs as the launcher initializes them (NaN where it does not)."""
     arrays = {c: values[c] for c in ks.arrays if c not in ks.outputs}
     for c in ks.outputs:
         init, v = ks.init[c], values[c]
         fill = np.nan if init.kind == "empty" else 0 if init.kind == "zeros" else Wcr(init.wcr).identity(v.dtype)
         arrays[c] = np.full(v.shape, fill, v.dtype)
-    return ks, arrays, {c: values[c] for c in ks.outputs}
+    return arrays
 
 
 def _assert_close(got: dict, want: dict, rtol: float) -> None:
@@ -330,15 +341,30 @@ def test_bfloat16_storage_block_kernels_in_host_emulation(emulator, tmp_path, na
     _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path), want, 2e-2)
 
 
-def test_recipe_bias_gradient_with_adamw_in_host_emulation(emulator, tmp_path, recipe):
+def _emulate_recipe_kernel(ks, recipe, tmp_path) -> None:
+    """Run one recipe kernel in host emulation on the reference's own inputs."""
     from codegen.numpy_ref.feeds import feeds_for
-    ks = kernel_source(recipe.nodes[BIAS_GRAD], recipe)
     values = run(recipe, feeds_for(recipe), outputs=list(ks.arrays))
-    arrays = {c: values[c] if c not in ks.outputs else np.full(values[c].shape, np.nan, np.float32)
-              for c in ks.arrays}
-    assert all(ks.init[c].kind == "empty" for c in ks.outputs)
-    got = cuda_emulation.emulate(ks, arrays, tmp_path)
+    got = cuda_emulation.emulate(ks, _launch_arrays(ks, values), tmp_path)
     _assert_close(got, {c: values[c] for c in ks.outputs}, 1e-5)
+
+
+def test_recipe_bias_gradient_with_adamw_in_host_emulation(emulator, tmp_path, recipe):
+    _emulate_recipe_kernel(kernel_source(recipe.nodes[BIAS_GRAD], recipe), recipe, tmp_path)
+
+
+def test_recipe_layernorm_with_the_loss_gradient_in_host_emulation(emulator, tmp_path, recipe):
+    """The last LayerNorm fused with the MSE loss's square and gradient: Pow by 2 and by 1 print as a
+    multiply and the value itself (powf was two thirds of the kernel's instructions), and the inputs
+    only the output's pass reads (scale, bias, labels, the loss's scale) are prefetched by the first
+    pass. Host-emulated against the reference."""
+    node = next(n for n in recipe.nodes.values() if isinstance(n, MapNode)
+                and (n.label or "").startswith("Add+Add>LayerNormalization>Sub+Pow+Pow"))
+    ks = kernel_source(node, recipe)
+    body = _body(ks)
+    assert "powf(" not in body and body.count("dcs_sq(") == 1
+    assert body.count("// prefetched") == 4 and body.index("// prefetched") < body.index("__syncthreads();")
+    _emulate_recipe_kernel(ks, recipe, tmp_path)
 
 
 def test_block_kernels_on_a_device():
