@@ -106,7 +106,7 @@ def _capture(fn, weights, buffers, outputs, args):
         return GRAPH_NOTES[-1]
     finally:
         _BLAS["stream"] = None          # the next GEMM sets its stream again
-    return graph, inputs, out, (pool, stream)
+    return graph, inputs, out, (pool, stream, dict(_POINTERS))   # the address arrays the graph reads stay alive
 
 
 def asarray(x, dtype=None):
@@ -271,12 +271,16 @@ def _scalar(value, dtype):
 
 
 _POINTERS: dict = {}     # (plan, operand addresses) -> device arrays of the members' addresses
+_OFFSETS: dict = {}      # plan -> device array (members, 3) of the members' element offsets
 
 
 def _run_plan(plan, a, b, out, alpha, beta=0.0):
     """The plan's GEMMs: one strided batch when the batch dims merge, else one pointer-array batch
-    (``cublas<t>gemmBatched``: every member in one launch; the address arrays are built on the host
-    once per set of operand addresses and cached, so a captured graph never uploads)."""
+    (``cublas<t>gemmBatched``: every member in one launch). The members' offsets depend on the plan
+    alone: they are uploaded once per plan. The address arrays are offsets plus the operands' base
+    addresses, computed on the device (host scalars as kernel arguments) once per set of addresses
+    and cached: a step captured as a CUDA graph, whose temporaries get new addresses from the graph's
+    own pool, computes them inside the graph instead of uploading (which capture refuses)."""
     lib, handle = _blas()
     outer, (count, (sa, sb, so)), (ta, tb, mm, nn, kk, lda, ldb, ldc, swapped) = plan
     single = out.dtype == np.float32
@@ -289,12 +293,8 @@ def _run_plan(plan, a, b, out, alpha, beta=0.0):
         if key not in _POINTERS:
             if len(_POINTERS) > 4096:
                 _POINTERS.clear()
-            offsets = np.zeros((1, 3), np.int64)
-            for size, st in outer:
-                offsets = (offsets[:, None, :] + np.arange(size)[None, :, None] * np.asarray(st)).reshape(-1, 3)
-            offsets = (offsets[:, None, :] + np.arange(count)[None, :, None] * np.asarray((sa, sb, so))).reshape(-1, 3)
-            address = np.asarray((pa, pb, po), np.int64) + offsets * item
-            _POINTERS[key] = [asarray(np.ascontiguousarray(address[:, i])) for i in range(3)]
+            offsets = _member_offsets(plan)
+            _POINTERS[key] = [offsets[i] * item + base for i, base in enumerate((pa, pb, po))]
         arr_a, arr_b, arr_o = (_ptr(x) for x in _POINTERS[key])
         first, second = (arr_b, arr_a) if swapped else (arr_a, arr_b)
         fn = lib.cublasSgemmBatched if single else lib.cublasDgemmBatched
@@ -307,6 +307,19 @@ def _run_plan(plan, a, b, out, alpha, beta=0.0):
     _status(fn(handle, ta, tb, mm, nn, kk, al, first, lda, s1, second, ldb, s2, be, po, ldc, so, count),
             "cublas<t>gemmStridedBatched")
     return out
+
+
+def _member_offsets(plan):
+    """The element offsets of a pointer-array batch's members in a, b and out: three device arrays,
+    uploaded the first time the plan runs (outside a capture: a package warms up first)."""
+    if plan not in _OFFSETS:
+        outer, (count, strides), _ = plan
+        offsets = np.zeros((1, 3), np.int64)
+        for size, st in outer:
+            offsets = (offsets[:, None, :] + np.arange(size)[None, :, None] * np.asarray(st)).reshape(-1, 3)
+        offsets = (offsets[:, None, :] + np.arange(count)[None, :, None] * np.asarray(strides)).reshape(-1, 3)
+        _OFFSETS[plan] = [asarray(np.ascontiguousarray(offsets[:, i])) for i in range(3)]
+    return _OFFSETS[plan]
 
 
 def _stream():

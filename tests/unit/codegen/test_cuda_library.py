@@ -76,6 +76,8 @@ class FakeCublas:
 def blas(monkeypatch):
     fake = FakeCublas()
     monkeypatch.setattr(L, "_blas", lambda: (fake, 0))
+    monkeypatch.setattr(L, "_POINTERS", {})       # host arrays here: none may outlive the test
+    monkeypatch.setattr(L, "_OFFSETS", {})
     OPERANDS.clear()
 
     def ptr(x):
@@ -114,6 +116,30 @@ def test_einsum_runs_as_strided_gemms_on_views(blas, monkeypatch, eq, sa, sb, dt
     assert blas.calls >= 1
     if eq in ("acbe,adbe->abcd", "abce,aebd->acbd"):   # heads interleaved: one pointer-array launch
         assert getattr(blas, "batched", 0) == 1
+
+
+def test_pointer_batches_of_new_operands_upload_nothing(blas, monkeypatch):
+    """A step captured as a CUDA graph allocates its temporaries from the graph's own pool, so a
+    pointer-array batch meets operand addresses the warm-up run never saw, and an upload of their
+    address arrays (what GPT-2 and Swin died of: 'H2D transfers are disallowed') fails the capture.
+    The members' offsets are uploaded once per plan; addresses are computed from them on the device."""
+    monkeypatch.setattr(L, "cp", np)
+    eq, sa, sb = EQUATIONS[0]
+    rng = np.random.default_rng(3)
+
+    def product():
+        a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+        out = np.full((sa[0], sa[2], sa[1], sb[1]), np.nan, np.float32)
+        L._run_plan(L._einsum_views(eq, a, b, out), a, b, out, 1.0)
+        np.testing.assert_allclose(out, np.einsum(eq, a.astype(np.float64), b), rtol=1e-5, atol=1e-5)
+        return a, b, out
+    kept = product()                                   # the warm-up: the plan's offsets go up once
+
+    def upload(x, dtype=None):
+        raise AssertionError("the current stream is capturing, so H2D transfers are disallowed")
+    monkeypatch.setattr(L, "asarray", upload)
+    kept = kept, product(), product()                  # new addresses, as in a capture
+    assert blas.batched == 3 and len(L._OFFSETS) == 1 and len(L._POINTERS) == 3
 
 
 def test_non_gemm_einsums_are_refused(blas):
