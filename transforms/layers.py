@@ -6,8 +6,8 @@ Exporters name kernels by module path, and a stack of layers numbers one path co
 scopes), its gradient ``grad//layer.3/…``, its parameters and their update
 ``encoder.layer.3.attention.self.query.weight``. A **family** is such a component numbered
 PyTorch's way (``stem.<index>``: a ``ModuleList`` entry; ONNX's ``Add_1`` de-duplication suffix
-is not one), known by its stem (``layer``, ``h``, ``blocks``), and a **layer** (``layer.3``) is
-one index of a family: the kernels whose id's first numbered component is that one, forward,
+is not one), known by its stem (``layer``, ``h``, ``blocks``; ``features.6`` where torchvision
+numbers a block inside a stage, ``features.6.1``), and a **layer** (``layer.3``) is one index of a family: the kernels whose id's first numbered component is that one, forward,
 backward and optimizer update together. Kernels a transformation creates keep the layer (a
 fused kernel's id derives from the first kernel it fuses).
 
@@ -15,9 +15,9 @@ Two layers are **equal** when their kernels, in graph order, are the same up to 
 each kernel's serialized form (op, attributes, implementation, map bodies, memlets with their
 subsets) and the shapes, dtypes and roles of the containers it touches, with the layer's index
 replaced by a placeholder wherever it appears in a name, small constants by their values (an
-exporter may keep one constant that every layer reads inside the first layer), and the containers
-of other layers (the previous layer's output a layer reads) numbered in the order the layer first
-uses them. Equal layers compute the same thing on
+exporter may keep one constant that every layer reads inside the first layer) except float ones the
+layer owns (a block's BatchNorm statistics), and the containers of other layers (the previous
+layer's output a layer reads) numbered in the order the layer first uses them. Equal layers compute the same thing on
 the same shapes with the same wiring, so a step recorded in one applies to the other with every
 id renamed (``rename``), and does the same there. A model whose exporter does not keep module
 paths (the dynamo exporter's ``node_MatMul_12``) has no layers: nothing is transferred.
@@ -35,7 +35,7 @@ from ir.errors import StudioError
 from ir.graph import Graph
 from ir.serialize import _array_digest, _node_to_json
 
-_SMALL = 4096          # constants up to this many elements compare by value, not by name
+_SMALL = 4096          # constants up to this many elements may compare by value (``_by_value``)
 _NUMBERED = re.compile(r"(?:^|(?<=[/.]))(?P<stem>[A-Za-z_][A-Za-z_0-9]*)\.(?P<index>\d+)(?=[./_]|$)")
 
 
@@ -48,7 +48,7 @@ class Family:
         return f"{self.stem}.{index}"
 
     def _pattern(self, index: int | str) -> re.Pattern:
-        return re.compile(rf"(?:^|(?<=[/.]))({re.escape(self.stem)}\.){index}(?=[./_]|$)")
+        return re.compile(rf"(?:^|(?<=[/.\"]))({re.escape(self.stem)}\.){index}(?=[./_\"]|$)")   # \": in JSON text
 
     def rename(self, text: str, a: int, b: int | str) -> str:
         """``text`` with layer ``a``'s index replaced by ``b`` wherever it names the layer."""
@@ -58,16 +58,23 @@ class Family:
 @lru_cache(maxsize=1 << 16)
 def layer_of(ident: str) -> tuple[Family, int] | None:
     """The family and index of the first numbered component of ``ident`` (None: in no layer).
-    Cached: a pass limited to a layer asks for every kernel id on every sweep."""
+    A component numbered twice (``features.4.1``: a ``Sequential`` of blocks inside a
+    ``Sequential`` of stages, as torchvision's EfficientNet and Swin nest them), anywhere in the id,
+    makes the stage the family (``features.4``) and the block its index (1): the blocks of a stage
+    are what repeats. Cached: a pass limited to a layer asks for every kernel id on every sweep."""
     m = _NUMBERED.search(ident)
     if m is None:
         return None
-    return Family(m.group("stem")), int(m.group("index"))
+    stem, index = m.group("stem"), m.group("index")
+    nested = re.search(rf"(?:^|(?<=[/.])){re.escape(stem)}\.{index}\.(\d+)(?=[./_]|$)", ident)
+    if nested is not None:
+        return Family(f"{stem}.{index}"), int(nested.group(1))
+    return Family(stem), int(index)
 
 
 def parse_key(key: str) -> tuple[Family, int]:
     """The inverse of ``Family.key``."""
-    m = re.fullmatch(r"(?P<stem>[A-Za-z_][A-Za-z_0-9]*)\.(?P<index>\d+)", key)
+    m = re.fullmatch(r"(?P<stem>[A-Za-z_][A-Za-z_0-9]*(?:\.\d+)?)\.(?P<index>\d+)", key)
     if m is None:
         raise StudioError(f"'{key}' is not a layer name (like 'layer.3')")
     return Family(m.group("stem")), int(m.group("index"))
@@ -97,20 +104,37 @@ def layer_hash(graph: Graph, family: Family, index: int, ids: list[str] | None =
         d = _node_to_json(node)
         d.pop("provenance", None)
         names = [m.container for m in node.inputs + node.outputs if m is not None]
-        d["containers"] = [graph.container(n).to_json() for n in sorted(set(names))]
-        text = json.dumps(d, sort_keys=True)
+        tokens = {}
         for name in dict.fromkeys(names):
             if graph.container(name).role is Role.CONSTANT and name in graph.values \
-                    and graph.values[name].size <= _SMALL:                     # a constant: by its value
-                token = "§const:" + _array_digest(graph.values[name])
+                    and _by_value(graph, name, family, index):                # a constant: by its value
+                tokens[name] = "§const:" + _array_digest(graph.values[name])
             elif layer_of(name) != (family, index):
-                token = outside.setdefault(name, f"§outside{len(outside)}")
-            else:
-                continue
+                tokens[name] = outside.setdefault(name, f"§outside{len(outside)}")
+        # the containers in the order of their names as the hash sees them (a previous block's output
+        # sorts before or after the block's own names depending on its index)
+        order = sorted(set(names), key=lambda n: tokens.get(n) or family.rename(n, index, "§"))
+        d["containers"] = [graph.container(n).to_json() for n in order]
+        text = json.dumps(d, sort_keys=True)
+        for name, token in tokens.items():
             text = text.replace(json.dumps(name), json.dumps(token))
         h.update(family.rename(text, index, "§").encode())
         h.update(b"\n")
     return h.hexdigest()
+
+
+def _by_value(graph: Graph, name: str, family: Family, index: int) -> bool:
+    """Whether a constant compares by its value rather than by its (renamed) name: small integer
+    constants (shapes, axes, indices: structure), and small float constants unless they are this
+    layer's own — named in it and read by no other kernel (a BatchNorm's per-channel statistics, which
+    each block owns and which differ between equal blocks). A float constant every layer reads (an
+    exporter may keep one inside the first layer) compares by value."""
+    value = graph.values[name]
+    if value.size > _SMALL:
+        return False
+    if value.dtype.kind in "iub" or layer_of(name) != (family, index):
+        return True
+    return any(layer_of(c.id) != (family, index) for c in graph.consumers(name))
 
 
 def equal_layers(graph: Graph, family: Family, index: int) -> list[int]:
