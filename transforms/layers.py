@@ -7,8 +7,9 @@ scopes), its gradient ``grad//layer.3/…``, its parameters and their update
 ``encoder.layer.3.attention.self.query.weight``. A **family** is such a component numbered
 PyTorch's way (``stem.<index>``: a ``ModuleList`` entry; ONNX's ``Add_1`` de-duplication suffix
 is not one), known by its stem (``layer``, ``h``, ``blocks``; ``features.6`` where torchvision
-numbers a block inside a stage, ``features.6.1``), and a **layer** (``layer.3``) is one index of a family: the kernels whose id's first numbered component is that one, forward,
-backward and optimizer update together. Kernels a transformation creates keep the layer (a
+numbers a block inside a stage, ``features.6.1``), and a **layer** (``layer.3``) is one index of a
+family: the kernels whose id's first numbered component is that one, forward, backward and
+optimizer update together. Kernels a transformation creates keep the layer (a
 fused kernel's id derives from the first kernel it fuses).
 
 Two layers are **equal** when their kernels, in graph order, are the same up to the layer index:
@@ -17,9 +18,9 @@ subsets) and the shapes, dtypes and roles of the containers it touches, with the
 replaced by a placeholder wherever it appears in a name, small constants by their values (an
 exporter may keep one constant that every layer reads inside the first layer) except float ones the
 layer owns (a block's BatchNorm statistics), and the containers of other layers (the previous
-layer's output a layer reads) numbered in the order the layer first uses them. Equal layers compute the same thing on
-the same shapes with the same wiring, so a step recorded in one applies to the other with every
-id renamed (``rename``), and does the same there. A model whose exporter does not keep module
+layer's output a layer reads) numbered in the order the layer first uses them. Equal layers
+compute the same thing on the same shapes with the same wiring, so a step recorded in one applies
+to the other with every id renamed (``rename``), and does the same there. A model whose exporter does not keep module
 paths (the dynamo exporter's ``node_MatMul_12``) has no layers: nothing is transferred.
 """
 from __future__ import annotations
