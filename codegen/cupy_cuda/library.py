@@ -19,11 +19,10 @@ package carries a verbatim copy (``_lib.py``): it imports only CuPy, NumPy and t
 - ``conv``, ``conv_transpose``, ``conv_weight_grad``: float32 1-D/2-D convolutions on the device
   (``convolution.py``: im2col/col2im kernels and cuBLAS, direct kernels for depthwise ones);
 - ``reference``: an op without a generated kernel runs its device version where ``device_ops.py``
-  has one (gathers, scatters, MaxPool, GlobalAveragePool, the softmax cross-entropy loss and its
-  gradient, ConstantOfShape, Concat, Split, and Slice/Pad whose index inputs are constant weights:
-  ``host_value`` keeps host copies of the small ones), else on the host in its NumPy reference
-  kernel (inputs copied down, outputs copied back up; such a step is not captured) — correct, not
-  fast. A step must not write its weights in place: the host copies would go stale;
+  has one (gathers, scatters, pooling, the loss, onnxruntime's BatchNorm ops, …; ``host_value``
+  keeps host copies of small constant weights for Slice/Pad) or ConvGrad (``_conv_grad``), else on
+  the host in its NumPy reference kernel (a step that does is not captured). A step must not write
+  its weights in place: the host copies would go stale;
 - ``asarray``: inputs and weights onto the device; ``broadcast_to`` materializes (the
   generated kernels index C-contiguous arrays).
 """
@@ -514,11 +513,24 @@ def _device_op(fn):
             from codegen.numpy_ref import kernels  # noqa: F401
             from codegen.numpy_ref.registry import lookup
         _DEVICE = {}
-        for (domain, op), impl in device_ops.OPS.items():
+        for (domain, op), impl in (device_ops.OPS | {("com.microsoft", "ConvGrad"): _conv_grad}).items():
             ref = lookup(domain, op)
             if ref is not None:
                 _DEVICE[ref] = impl
     return _DEVICE.get(fn)
+
+
+def _conv_grad(xp, inputs, attrs, ctx, host=None):
+    """com.microsoft ConvGrad (dY, X, W) -> (dX, dW, dB) where ``_convolve`` runs on the device: dX = ConvTranspose(dY,
+    W) (X's shape fixes the output padding), dW = ConvWeightGrad(X, dY), dB sums dY in float64; else None (host)."""
+    dy, x, w = inputs[:3]
+    if x.ndim not in (3, 4) or any(a.dtype != np.float32 for a in (dy, x, w)) \
+            or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "", "VALID"):
+        return None
+    geometry = {k: attrs[k] for k in ("strides", "pads", "dilations", "group") if k in attrs}
+    dx = _convolve(None, [dy, w], geometry, ctx, xp.empty(x.shape, x.dtype), "transpose")
+    dw = _convolve(None, [x, dy], geometry | {"kernel_shape": list(w.shape[2:])}, ctx, xp.empty_like(w), "weights")
+    return [dx, dw, dy.astype(np.float64).sum(axis=(0,) + tuple(range(2, dy.ndim))).astype(dy.dtype)]
 
 
 def reference(fn, inputs, attrs, ctx):
@@ -532,7 +544,6 @@ def reference(fn, inputs, attrs, ctx):
             return got
     host = [to_host(x) for x in inputs]
     return [asarray(v) for v in fn(host, {k: to_host(v) for k, v in attrs.items()}, ctx)]
-
 
 
 def _convolve(fn, inputs, attrs, ctx, out, kind):

@@ -110,6 +110,35 @@ def test_weight_grad_on_the_host(name, on_host):
     _check(dw, want, sx[0] * int(np.prod(dy.shape[2:])))
 
 
+CONV_GRADS = ["resnet stem 7x7/2", "3x3/2 odd size", "1x1/2 downsample", "depthwise 5x5/2", "grouped, gemm per group",
+              "dilated, asymmetric pads"]
+
+
+@pytest.mark.parametrize("name", CONV_GRADS)
+def test_conv_grad_on_the_host(name, on_host, monkeypatch):
+    """onnxruntime's ConvGrad (dY, X, W) -> (dX, dW, dB) as the library runs it on a device (``_conv_grad``:
+    the transposed convolution, the weight gradient, a float64 sum), with NumPy standing in for CuPy and
+    cuBLAS, against the float64 reference kernel. Before, the op ran on the host: a step that holds it
+    (the onnxruntime-training CNN artifacts) could not be captured as a CUDA graph."""
+    L = pytest.importorskip("codegen.cupy_cuda.library", reason="cupy (the cuda extra) is not installed")
+    from codegen.numpy_ref.registry import lookup
+    monkeypatch.setattr(L, "cp", np)
+    monkeypatch.setattr(L, "matmul", _matmul)
+    sx, sw, attrs = CONVS[name]
+    x, w, _ = _arrays(sx, sw, 0)
+    dy = np.random.default_rng(2).standard_normal(ref_conv([x, w], attrs, CTX)[0].shape).astype(np.float32)
+    ref = lookup("com.microsoft", "ConvGrad")
+    assert L._device_op(ref) is L._conv_grad
+    want = ref([dy, x, w], attrs, CTX)
+    got = L._conv_grad(np, [dy, x, w], attrs, CTX)
+    group = attrs.get("group", 1)
+    _check(got[0], want[0], sw[0] // group * int(np.prod(sw[2:])))      # dX: output channels x window
+    _check(got[1], want[1], sx[0] * int(np.prod(dy.shape[2:])))         # dW: images x output points
+    np.testing.assert_allclose(got[2], want[2], rtol=2e-7)              # dB: float64 sums, rounded once
+    assert on_host and set(on_host) <= {"col2im", "direct_conv_transpose", "direct_weight_grad"} | {"im2col"}
+    assert L._conv_grad(np, [dy.astype(np.float64), x, w], attrs, CTX) is None      # not float32: the host's
+
+
 def test_the_library_runs_convolutions_on_the_device():
     cp = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
     try:
@@ -125,3 +154,14 @@ def test_the_library_runs_convolutions_on_the_device():
         out = cp.empty(want.shape, cp.float32)
         L.conv(ref_conv, (cp.asarray(x), cp.asarray(w)), attrs, CTX, out)
         _check(cp.asnumpy(out), want, int(np.prod(sw[1:])))
+    from codegen.numpy_ref.registry import lookup
+    for name in CONV_GRADS:                               # onnxruntime's ConvGrad through L.reference
+        sx, sw, attrs = CONVS[name]
+        x, w, _ = _arrays(sx, sw, 0)
+        dy = np.random.default_rng(2).standard_normal(ref_conv([x, w], attrs, CTX)[0].shape).astype(np.float32)
+        ref = lookup("com.microsoft", "ConvGrad")
+        want = ref([dy, x, w], attrs, CTX)
+        got = [cp.asnumpy(g) for g in L.reference(ref, [cp.asarray(a) for a in (dy, x, w)], attrs, CTX)]
+        _check(got[0], want[0], sw[0] // attrs.get("group", 1) * int(np.prod(sw[2:])))
+        _check(got[1], want[1], sx[0] * int(np.prod(dy.shape[2:])))
+        np.testing.assert_allclose(got[2], want[2], rtol=2e-7)
