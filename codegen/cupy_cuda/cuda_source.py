@@ -63,6 +63,11 @@ template <int OP, typename T> __device__ __forceinline__ T dcs_warp(T v) {
   for (int o = 16; o > 0; o >>= 1) v = dcs_op<OP>(v, __shfl_xor_sync(DCS_FULL_MASK, v, o));
   return __shfl_sync(DCS_FULL_MASK, v, 0);
 }
+template <int OP, int W, typename T> __device__ __forceinline__ T dcs_lanes(T v) {   // W lanes per row
+#pragma unroll
+  for (int o = W / 2; o > 0; o >>= 1) v = dcs_op<OP>(v, __shfl_xor_sync(DCS_FULL_MASK, v, o));
+  return __shfl_sync(DCS_FULL_MASK, v, 0, W);
+}
 __device__ float dcs_cas(float* addr, float v, int op) {
   int* p = (int*)addr; int old = *p, seen;
   do { seen = old; float cur = __int_as_float(seen);

@@ -30,7 +30,8 @@ memory, no block barrier). Launch shapes:
 - ``rows``: ``threads = clamp(pow2ceil(L / ELEMS_PER_THREAD), 64, 1024)`` for a row of ``L`` —
   768 → 256, 3072 → 1024: a few elements per thread keeps loads in flight while the block
   stays small enough for several rows per SM (their re-reads of the row then hit L1);
-- ``warp_rows``: 32 lanes per row, ``ROWS_PER_WARP_BLOCK`` rows per block (128 threads);
+- ``warp_rows``: 32 lanes per row (``ROW_LANES``: fewer, several rows per warp, where the rows fill
+  the blocks exactly), ``ROWS_PER_WARP_BLOCK`` warps per block (128 threads);
 - ``columns``: ``(32, ry)`` with ``ry = clamp(pow2floor(L / ROWS_PER_THREAD), 2, 32)``: 32
   adjacent columns make each warp load 128 contiguous bytes, ``ry`` warps split the rows.
 Short rows (``L < 32``) and short columns (``L < MIN_COLUMN``) keep one thread per point.
@@ -51,6 +52,7 @@ ELEMS_PER_THREAD = 4
 MAX_BLOCK = 1024
 MIN_ROW_BLOCK = 64
 ROWS_PER_WARP_BLOCK = 4
+ROW_LANES = 32             # lanes per row in ``warp_rows`` (16: two rows per warp, twice the points per thread)
 ROWS_PER_THREAD = 16
 MIN_COLUMN = 64
 WCR_OP = {"sum": 0, "prod": 1, "max": 2, "min": 3}   # the template argument of dcs_op / dcs_warp
@@ -73,6 +75,7 @@ class Plan:
     block: tuple[int, int]
     per_block: int                         # rows (rows, warp_rows) or columns (columns) per block
     targets: tuple[tuple[Target, ...], ...]  # per nested map, in body order
+    lanes: int = WARP                      # warp_rows: lanes per row (a warp takes WARP // lanes rows)
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,22 @@ def plan_for(m: MapNode, graph: Graph) -> Plan | Refusal:
     if isinstance(shape, Refusal):
         return shape
     kind, block, per_block = shape
-    return Plan(kind, max(lengths), block, per_block, tuple(targets))
+    lanes = _row_lanes(m, graph, max(lengths)) if kind == "warp_rows" else WARP
+    return Plan(kind, max(lengths), block, per_block * (WARP // lanes), tuple(targets), lanes)
+
+
+def _row_lanes(m: MapNode, graph: Graph, length: int) -> int:
+    """``ROW_LANES`` where a warp can take several whole rows: the rows fill every block exactly (a
+    warp's rows then run, and exchange, together) and each row has a point for every lane."""
+    if ROW_LANES >= WARP or length < ROW_LANES or WARP % ROW_LANES:
+        return WARP
+    rows = 1
+    for _, r in m.params:
+        if (E.free_vars(r.start) | E.free_vars(r.stop)) - set(graph.bindings):
+            return WARP
+        start, stop, step = range_bounds(r, graph.bindings)
+        rows *= max(0, -(-(stop - start) // step))
+    return ROW_LANES if rows % (ROWS_PER_WARP_BLOCK * (WARP // ROW_LANES)) == 0 else WARP
 
 
 def _constant_count(n: MapNode, graph: Graph) -> int | Refusal:

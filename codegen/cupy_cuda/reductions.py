@@ -61,6 +61,13 @@ SHUFFLE_TYPES = ("float32", "float64", "int32", "int64")
 LEADER = {"rows": "threadIdx.x == 0", "warp_rows": "threadIdx.x == 0", "columns": "active && threadIdx.y == 0"}
 
 
+def _leader(plan: Plan) -> str:
+    """The thread that stores a row's result (the first lane of the row's lanes)."""
+    if plan.kind == "warp_rows" and plan.lanes < WARP:
+        return f"threadIdx.x % {plan.lanes} == 0"
+    return LEADER[plan.kind]
+
+
 def block_kernel(m: MapNode, graph: Graph, *, storage: str | None = None) -> CudaKernel | None:
     """The block kernel of ``m`` if it is a row or column reduction this printer handles, else None."""
     plan = plan_for(m, graph)
@@ -161,7 +168,11 @@ def _params(k: _Cuda, plan: Plan, cache: RowCache | None = None,
         k.line("long long rest = blockIdx.x;")
     elif plan.kind == "warp_rows":
         total = " * ".join(f"n{i}" for i in range(n)) or "1"
-        k.line(f"long long rest = (long long)blockIdx.x * {plan.per_block} + threadIdx.y;")
+        if plan.lanes < WARP:         # several rows per warp: the rows fill the blocks (no lane returns alone)
+            k.line(f"long long rest = (long long)blockIdx.x * {plan.per_block} + threadIdx.y * {WARP // plan.lanes}"
+                   f" + threadIdx.x / {plan.lanes};")
+        else:
+            k.line(f"long long rest = (long long)blockIdx.x * {plan.per_block} + threadIdx.y;")
         k.line(f"if (rest >= {total}) return;")
     else:
         last, start, step = counts.pop()
@@ -185,7 +196,7 @@ def _guarded(k: _Cuda, plan: Plan, t: Tasklet) -> None:
     """A statement between nested maps: every (active) thread computes locals, the leader writes memory."""
     line = _store(k, t.output, _value(k, t))
     if t.output.container not in k.locals:
-        line = f"if ({LEADER[plan.kind]}) {{ {line} }}"
+        line = f"if ({_leader(plan)}) {{ {line} }}"
     elif plan.kind == "columns":
         line = f"if (active) {{ {line} }}"
     k.line(line)
@@ -278,7 +289,8 @@ def _reduce(k: _Cuda, plan: Plan, partials: dict, slots: _Slots) -> None:
     items = [(name, dt, WCR_OP[tg.wcr]) for name, dt, tg in partials.values()]
     if plan.kind in ("rows", "warp_rows"):
         for name, _, op in items:
-            k.line(f"{name} = dcs_warp<{op}>({name});")
+            lanes = plan.lanes if plan.kind == "warp_rows" else WARP
+            k.line(f"{name} = dcs_warp<{op}>({name});" if lanes == WARP else f"{name} = dcs_lanes<{op}, {lanes}>({name});")
         if plan.kind == "warp_rows":
             return
     shared = [slots.add(dt) for _, dt, _ in items]
@@ -306,4 +318,4 @@ def _combine_into(k: _Cuda, plan: Plan, tg: Target, partial: str) -> None:
     target = k.element(mem)
     old = LOAD[dt].format(target) if dt in LOAD else target
     new = _combine(tg.wcr, old, partial)
-    k.line(f"if ({LEADER[plan.kind]}) {{ {target} = {STORE[dt].format(new) if dt in STORE else new}; }}")
+    k.line(f"if ({_leader(plan)}) {{ {target} = {STORE[dt].format(new) if dt in STORE else new}; }}")

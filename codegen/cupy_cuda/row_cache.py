@@ -43,6 +43,8 @@ def nested_counts(k: _Cuda, n: MapNode) -> list[tuple[str, int, int, int]]:
 
 
 def thread_stride(plan: Plan) -> tuple[str, int]:
+    if plan.kind == "warp_rows" and plan.lanes < WARP:
+        return f"(threadIdx.x % {plan.lanes})", plan.lanes
     return {"rows": ("threadIdx.x", plan.block[0]), "warp_rows": ("threadIdx.x", WARP),
             "columns": ("threadIdx.y", plan.block[1])}[plan.kind]
 

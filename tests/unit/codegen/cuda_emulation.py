@@ -60,7 +60,9 @@ template <typename T> T dcs_exchange_with(T v, unsigned src_lane) {
   T out; std::memcpy(&out, &bits, sizeof(T)); return out;
 }
 template <typename T> T __shfl_xor_sync(unsigned, T v, int o) { return dcs_exchange_with(v, (dcs_linear % 32) ^ o); }
-template <typename T> T __shfl_sync(unsigned, T v, int src) { return dcs_exchange_with(v, src); }
+template <typename T> T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  return dcs_exchange_with(v, (dcs_linear % 32) / width * width + src % width);
+}
 
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <typename T> T __ldcg(const T* p) { return *p; }

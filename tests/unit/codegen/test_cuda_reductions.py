@@ -334,6 +334,36 @@ def test_block_kernels_compute_the_reference_in_host_emulation(emulator, tmp_pat
     _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path, launches=2 if split else 1), want, 2e-6)
 
 
+HALF_WARP_CASES = {
+    "softmax_16_rows": lambda: _graph("Softmax", [2, 8, 100], [2, 8, 100], axis=-1),
+    "max_32_rows": lambda: _graph("ReduceMax", [32, 48], [32], axes=[1], keepdims=0),
+}
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+@pytest.mark.parametrize("name", sorted(HALF_WARP_CASES))
+def test_several_rows_per_warp_in_host_emulation(emulator, tmp_path, monkeypatch, name, lanes):
+    """``ROW_LANES`` below 32: a warp takes 32 / lanes rows (twice or four times the points per thread,
+    loads in flight), each reduced over its own lanes (``dcs_lanes``: a butterfly within the row's
+    lanes, then its first lane's value) and stored by its first lane."""
+    monkeypatch.setitem(CASES, name, (HALF_WARP_CASES[name], "warp_rows"))
+    monkeypatch.setattr(RP, "ROW_LANES", lanes)
+    ks, arrays, want = _case(name)
+    body = _body(ks)
+    assert ks.launch.kind == "warp_rows" and ks.launch.per_block == 4 * 32 // lanes
+    assert f"dcs_lanes<2, {lanes}>(" in body and "dcs_warp<" not in body
+    assert f"threadIdx.x / {lanes}" in body and f"(threadIdx.x % {lanes})" in body   # the row, the lane in it
+    if name.startswith("max"):                     # one result per row: its first lane stores it
+        assert f"if (threadIdx.x % {lanes} == 0)" in body
+    _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path), want, 2e-6)
+
+
+def test_rows_that_do_not_fill_the_blocks_keep_a_warp_each(monkeypatch):
+    monkeypatch.setattr(RP, "ROW_LANES", 16)
+    ks, _, _ = _case("logsoftmax_warp")            # 5 rows: a half-filled warp would return half its lanes
+    assert ks.launch.per_block == 4 and "dcs_warp<" in _body(ks) and "dcs_lanes<" not in _body(ks)
+
+
 @pytest.mark.parametrize("name", ["softmax_rows", "layernorm_rows", "column_sum"])
 def test_bfloat16_storage_block_kernels_in_host_emulation(emulator, tmp_path, name):
     ks, arrays, want = _case(name, storage="bfloat16")
@@ -367,7 +397,7 @@ def test_recipe_layernorm_with_the_loss_gradient_in_host_emulation(emulator, tmp
     _emulate_recipe_kernel(ks, recipe, tmp_path)
 
 
-def test_block_kernels_on_a_device():
+def test_block_kernels_on_a_device(monkeypatch):
     cupy = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
     try:
         present = cupy.is_available()
@@ -375,7 +405,12 @@ def test_block_kernels_on_a_device():
         present = False
     if not present:
         pytest.skip("no CUDA device")
+    lanes = {name: RP.ROW_LANES for name in CASES}
+    for name, build in HALF_WARP_CASES.items():     # several rows per warp, as the variants may choose
+        monkeypatch.setitem(CASES, name, (build, "warp_rows"))
+        lanes[name] = 16
     for name in sorted(CASES):
+        monkeypatch.setattr(RP, "ROW_LANES", lanes[name])
         for storage, rtol in ((None, 1e-5), ("bfloat16", 2e-2)):
             ks, arrays, want = _case(name, storage=storage)
             launcher: dict = {}
