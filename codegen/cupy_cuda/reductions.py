@@ -288,9 +288,10 @@ def _reduce(k: _Cuda, plan: Plan, partials: dict, slots: _Slots) -> None:
     """Every partial reduced over the block (or warp); the result in every thread."""
     items = [(name, dt, WCR_OP[tg.wcr]) for name, dt, tg in partials.values()]
     if plan.kind in ("rows", "warp_rows"):
+        lanes = plan.lanes if plan.kind == "warp_rows" else WARP
         for name, _, op in items:
-            lanes = plan.lanes if plan.kind == "warp_rows" else WARP
-            k.line(f"{name} = dcs_warp<{op}>({name});" if lanes == WARP else f"{name} = dcs_lanes<{op}, {lanes}>({name});")
+            k.line(f"{name} = dcs_warp<{op}>({name});" if lanes == WARP else
+                   f"{name} = dcs_lanes<{op}, {lanes}>({name});")
         if plan.kind == "warp_rows":
             return
     shared = [slots.add(dt) for _, dt, _ in items]
