@@ -6,7 +6,7 @@ BERT-base layer step after the recipe is printed again with one knob of ``row_ca
 events over a captured graph, as the kernel table) against a same-run copy of the same bytes.
 Knobs: the row cache off (``CACHE_STEPS = 0``), 1, 2 or 8 rows per summing block (default 4), a
 warp per row up to 1,024 points (default 128), no split of long rows or of long columns, no
-prefetch of the elements only a later nested map reads, and 16 or 8 lanes per warp row (2 or 4 rows
+prefetch of the elements only a later nested map reads, and 32 or 8 lanes per warp row (1 or 4 rows
 per warp). What the numbers say decides the defaults; nothing here changes them.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ VARIANTS = {                       # name: {(module, constant): value}
     "no_split": {("split_blocks", "SPLIT_MIN"): 1 << 62},
     "no_column_split": {("split_blocks", "COLUMN_SPLIT_MIN"): 1 << 62},
     "no_prefetch": {("row_cache", "PREFETCH"): False},
-    "row_lanes_16": {("reduction_pattern", "ROW_LANES"): 16},
+    "row_lanes_32": {("reduction_pattern", "ROW_LANES"): 32},
     "row_lanes_8": {("reduction_pattern", "ROW_LANES"): 8},
 }
 

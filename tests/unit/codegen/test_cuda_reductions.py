@@ -61,13 +61,14 @@ def test_the_bundled_recipe_has_eleven_block_reductions(recipe):
     assert {k: kernel_source(recipe.nodes[k], recipe).launch.kind for k in expected} == expected
 
 
-def test_attention_softmax_is_one_warp_per_row(recipe):
+def test_attention_softmax_is_half_a_warp_per_row(recipe):
     ks = kernel_source(recipe.nodes[SOFTMAX], recipe)
     body = _body(ks)
-    assert "__shfl_xor_sync" in PRELUDE and "dcs_warp<2>(s0)" in body and "dcs_warp<0>(s1)" in body
-    assert ks.launch.block == (32, 4) and ks.launch.grid == 8 * 12 * 128 // 4 and ks.launch.shared_bytes == 0
-    assert "__launch_bounds__(128)" in body and "blockIdx.x * 4 + threadIdx.y" in body
-    assert "for (int it = 0; it < 4; ++it)" in body and "j = threadIdx.x + it * 32;" in body
+    # 12,288 rows fill blocks of 8: each warp takes two rows, 16 lanes and 8 points per lane each
+    assert "__shfl_xor_sync" in PRELUDE and "dcs_lanes<2, 16>(s0)" in body and "dcs_lanes<0, 16>(s1)" in body
+    assert ks.launch.block == (32, 4) and ks.launch.grid == 8 * 12 * 128 // 8 and ks.launch.shared_bytes == 0
+    assert "__launch_bounds__(128)" in body and "blockIdx.x * 8 + threadIdx.y * 2 + threadIdx.x / 16" in body
+    assert "for (int it = 0; it < 8; ++it)" in body and "j = (threadIdx.x % 16) + it * 16;" in body
     assert "__syncthreads" not in body and "if (j < " not in body       # 128 = 4 × 32: no guard
     # the scores are loaded once (max pass) into registers and read from there by the sum and the output
     assert body.count("= a0[") == 1 and body.count("c0[it] = a0[") == 1 and body.count("c0[it] * 0.125f") == 3
