@@ -68,6 +68,9 @@ UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "t
              "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1")
 BINARY_OPS = ("add", "sub", "mul", "div", "pow", "max", "min", "and", "or", "xor", "eq", "ne",
               "lt", "le", "gt", "ge", "mod", "fmod", "floordiv")
+POWERS = {1.0: "same", 2.0: "square", 3.0: "cube", 0.5: "sqrt", -1.0: "reciprocal"}
+"""Constant float exponents every backend's printer writes without a power function (each maps the
+form to its own text: multiplies, a square root, a reciprocal)."""
 INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
          "le": "<=", "gt": ">", "ge": ">=", "mod": "%", "floordiv": "//"}
 

@@ -20,6 +20,11 @@ _BINARY = {"pow": "powf({a}, {b})", "max": "fmaxf({a}, {b})", "min": "fminf({a},
            "or": "({a} || {b})", "xor": "({a} != {b})", "mod": "({a} % {b})", "fmod": "fmodf({a}, {b})",
            "floordiv": "({a} / {b})"}
 
+# ``E.POWERS``, pow by a constant float: powf is about 170 instructions inlined, and x·x is correctly
+# rounded where powf is within an ulp (as the numba printer does)
+_POWERS = {"same": "({a})", "square": "dcs_sq({a})", "cube": "dcs_cube({a})", "sqrt": "sqrtf({a})",
+           "reciprocal": "(1.0f / {a})"}
+
 
 def to_cuda(e: E.Expr, names: Mapping[str, str] | None = None) -> str:
     """CUDA C source for ``e`` (see the module docstring)."""
@@ -32,32 +37,15 @@ def to_cuda(e: E.Expr, names: Mapping[str, str] | None = None) -> str:
         return _unary(e.op, to_cuda(e.a, names))
     if isinstance(e, E.Bin):
         a, b = to_cuda(e.a, names), to_cuda(e.b, names)
-        if e.op == "pow" and isinstance(e.b, E.Const) and e.b.dtype in dtypes.FLOAT_TYPES:
-            reduced = _pow_by(a, float(e.b.value))
-            if reduced is not None:
-                return reduced
+        if e.op == "pow" and isinstance(e.b, E.Const) and e.b.dtype in dtypes.FLOAT_TYPES \
+                and float(e.b.value) in E.POWERS:
+            return _POWERS[E.POWERS[float(e.b.value)]].format(a=a)
         if e.op in E.INFIX and e.op not in ("mod", "floordiv"):
             return f"({a} {E.INFIX[e.op]} {b})"
         return _BINARY[e.op].format(a=a, b=b)
     if isinstance(e, E.Select):
         return f"({to_cuda(e.cond, names)} ? {to_cuda(e.a, names)} : {to_cuda(e.b, names)})"
     return f"(({C_TYPES.get(e.dtype, 'float')})({to_cuda(e.a, names)}))"
-
-
-def _pow_by(a: str, k: float) -> str | None:
-    """``a ** k`` for the constant exponents that need no ``powf`` (as the numba printer does): powf is
-    about 170 instructions inlined, and x·x is correctly rounded where powf is within an ulp."""
-    if k == 1.0:
-        return f"({a})"
-    if k == 2.0:
-        return f"dcs_sq({a})"
-    if k == 3.0:
-        return f"dcs_cube({a})"
-    if k == 0.5:
-        return f"sqrtf({a})"
-    if k == -1.0:
-        return f"(1.0f / {a})"
-    return None
 
 
 def _literal(value, dtype: str) -> str:

@@ -186,15 +186,17 @@ class RowCache:
         for key, name in self.arrays.items():
             if self.first[key] == at and key not in self.prefetched:
                 k.line(f"{name}[it] = {loaded(k, loads[key])};")
+        if at != 0 or not self.prefetched:
+            return
+        later_loads = {id(m): canonical_loads(k, m) for m in self.prefetched.values()}
         for key, later in self.prefetched.items():
-            if at == 0:        # the later map's params are at this map's positions (same points, same order)
-                saved = dict(k.params)
-                k.params.update({p: k.params[q] for (p, _), (q, _) in zip(later.params, n.params)})
-                try:
-                    k.line(f"{self.arrays[key]}[it] = {loaded(k, canonical_loads(k, later)[key])};   // prefetched")
-                finally:
-                    k.params.clear()
-                    k.params.update(saved)
+            saved = dict(k.params)     # the later map's params are at this map's positions (same points, same order)
+            k.params.update({p: k.params[q] for (p, _), (q, _) in zip(later.params, n.params)})
+            try:
+                k.line(f"{self.arrays[key]}[it] = {loaded(k, later_loads[id(later)][key])};   // prefetched")
+            finally:
+                k.params.clear()
+                k.params.update(saved)
 
     def value(self, k: _Cuda, n: MapNode, t: Tasklet) -> str:
         """The tasklet's expression, its cached inputs read from registers."""

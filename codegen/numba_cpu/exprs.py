@@ -100,6 +100,10 @@ def gelu_operand(e: E.Expr) -> E.Expr | None:
     return None
 
 
+_POWERS = {"same": "{a}", "square": "({a} * {a})", "cube": "({a} * {a} * {a})", "sqrt": "np.sqrt({a})",
+           "reciprocal": "({one} / {a})"}     # ``E.POWERS``: pow by a constant float
+
+
 class ExprPrinter:
     """Prints expressions whose ``Var``s are typed by ``types`` and named by ``names``."""
 
@@ -222,17 +226,7 @@ class ExprPrinter:
 
     def _pow(self, e: E.Bin) -> str:
         a, dt = self.emit(e.a), self.dtype(e)
-        if isinstance(e.b, E.Const) and is_float(dt):
-            k = float(e.b.value)
+        if isinstance(e.b, E.Const) and is_float(dt) and float(e.b.value) in E.POWERS:
             base = self.cast(a, self.dtype(e.a), dt)
-            if k == 1.0:
-                return base
-            if k == 2.0:
-                return f"({base} * {base})"
-            if k == 3.0:
-                return f"({base} * {base} * {base})"
-            if k == 0.5:
-                return f"np.sqrt({base})"
-            if k == -1.0:
-                return f"({literal(1.0, dt)} / {base})"
+            return _POWERS[E.POWERS[float(e.b.value)]].format(a=base, one=literal(1.0, dt))
         return f"({a} ** {self.emit(e.b)})"
