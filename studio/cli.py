@@ -81,7 +81,9 @@ def exported_traffic(graph, backend: str):
     from codegen.program.program import build_program
     from codegen.program.traffic import traffic
     chosen = backend_named(backend)
-    return traffic(build_program(graph, chosen.renderer(False), kernels_may_alias=chosen.kernels_may_alias), backend)
+    prog = build_program(graph, chosen.renderer(False), kernels_may_alias=chosen.kernels_may_alias,
+                         panels=chosen.panels)
+    return traffic(prog, backend)
 
 
 def traffic_lines(moved, n: int = 3) -> str:

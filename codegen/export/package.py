@@ -202,7 +202,8 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
     out = Path(out_dir)
     name = package_name(out)
     check_replaceable(out)
-    prog = build_program(graph, backend.renderer(parallel), kernels_may_alias=backend.kernels_may_alias)
+    prog = build_program(graph, backend.renderer(parallel), kernels_may_alias=backend.kernels_may_alias,
+                         panels=backend.panels)
     if backend.name == "cpu" and workers > 1:
         prog.schedule = fork_join(prog, workers)
     tmp = out.with_name(f".{name}.tmp-export")

@@ -51,10 +51,10 @@ def renderer(parallel: bool = False, fast: bool = True) -> Render:
 
 
 CPU = Backend("cpu", "NumPy + numba", renderer, kernel_module, kernels_init, Path(library.__file__),
-              kernels_may_alias=True, library_parts=tuple(Path(library.__file__).with_name(f"{part}.py")
+              kernels_may_alias=True, panels=True, library_parts=tuple(Path(library.__file__).with_name(f"{part}.py")
                                                           for part in ("convolution", "pooling")))
 
 
 def program(graph: Graph, *, parallel: bool = False, fast: bool = True, lowered: bool = False) -> Program:
     """The CPU program of ``graph`` (``build_program`` with numba loop nests)."""
-    return build_program(graph, renderer(parallel, fast), lowered=lowered, kernels_may_alias=True)
+    return build_program(graph, renderer(parallel, fast), lowered=lowered, kernels_may_alias=True, panels=True)

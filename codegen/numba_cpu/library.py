@@ -13,6 +13,8 @@ package carries a verbatim copy of it (``_lib.py``), so it must not import anyth
   applied in place, in the operands' dtype (fp16 accumulates in float32, like the
   reference). The ``blocked`` implementation choice is a reference-executor variant;
   here every contraction is one BLAS call.
+- ``panels(n, w)``: the starts of a fused contraction's panels (``codegen.program.panels``: the
+  product computed ``w`` rows or columns at a time, each panel's epilogue run while it is in cache);
 - ``alloc``: a kernel's output buffer (``empty``, ``zeros``, or ``full`` of a given fill: a wcr's identity);
   ``view``: the same carved from a planned, reused buffer (``buffers``): no page faults
   after the first step, which on this VM cost more than the kernels that fill the pages.
@@ -193,6 +195,11 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray
             return out if out.dtype == a.dtype else out.astype(a.dtype)
     y = np.matmul(wa, wb, out=out)
     return y if y.dtype == a.dtype else y.astype(a.dtype)
+
+
+def panels(n: int, w: int):
+    """The start of each panel of ``w`` along an axis of ``n`` (a generator: one loop of the program)."""
+    yield from range(0, n, w)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -35,3 +35,4 @@ class Backend:
     library: Path                                        # copied to _lib.py
     kernels_may_alias: bool = False                      # kernels stay right when an output aliases an input
     library_parts: tuple[Path, ...] = ()                 # modules the library imports relatively, copied beside it
+    panels: bool = False                                 # GEMMs with epilogues run panel by panel (``L.panels``)

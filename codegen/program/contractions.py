@@ -5,8 +5,9 @@
 - a fused contraction (``ai.dcstudio`` MatMul/Gemm/FusedMatMul with an ``epilogue``,
   made by ``gemm_epilogue_fusion``): the bare contraction into an accumulator buffer
   (a statement-internal temp ``<id>/@acc``, planned like any intermediate), then the
-  epilogue map (``ir.fused_ops.epilogue_map``) as a kernel of the backend reading it —
-  the product never makes a second trip through memory;
+  epilogue map (``ir.fused_ops.epilogue_map``) as a kernel of the backend reading it; on a
+  backend with ``panels`` (the CPU) a product larger than a panel is computed and consumed one
+  panel at a time (``panels``), so it stays in cache;
 - a grouped GEMM (``horizontal_fusion``): each member in order, as above, in one statement.
 ``statement`` returns None for any other op.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from codegen.numpy_ref.registry import canonical_domain
+from codegen.program import panels
 from codegen.program.namespace import literal, sanitize
 from ir import fused_ops
 from ir.containers import Container
@@ -90,13 +92,20 @@ def _one(prog: "Program", node: OpNode):
     epi = fused_ops.rename_containers(fused_ops.epilogue_map(prog.graph, node), {fused_ops.ACC: temp})
     view = fused_ops.overlay(prog.graph, prog.temps[temp])
     ks = prog.make_kernel(epi, view)
-    prog.kernels.setdefault(ks.name, ks)
     allocs = (Alloc(temp),) + tuple(Alloc(c, ks.init[c].kind, ks.init[c].wcr) for c in ks.outputs)
     for c in ks.outputs:
         prog.np_type(c)
+    looped = panels.lines(prog, node, base, call, epi, ks, temp) if prog.panels else None
+    if looped is not None:
+        text, pk, calls = looped
+        prog.kernels.setdefault(pk.name, pk)
+        return allocs, text, pk.name, (temp,), calls
+    prog.kernels.setdefault(ks.name, ks)
     args = [prog.kernel_arg(c) for c in ks.arrays] + [str(n) for n in ks.extents]
     operands = tuple(m.container for m in node.inputs[:fused_ops.slots(node)] if m is not None)
     calls = ((call.split("(", 1)[0], operands + (temp,)), (f"K.{ks.name}", ks.arrays))
+    if prog.panels and prog.nbytes(temp) <= panels.PANEL_BYTES:      # one panel: the product stays in cache
+        calls = ((calls[0][0], operands), (calls[1][0], tuple(c for c in ks.arrays if c != temp)))
     return allocs, [call, f"K.{ks.name}({', '.join(args)})"], ks.name, (temp,), calls
 
 

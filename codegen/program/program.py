@@ -53,9 +53,10 @@ VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 METADATA_OPS = frozenset({"Shape", "Size"})
 LIBRARY_CALLS = {("", "Conv"): "L.conv", ("", "ConvTranspose"): "L.conv_transpose",
                  ("ai.dcstudio", "ConvWeightGrad"): "L.conv_weight_grad", ("", "MaxPool"): "L.max_pool"}
+# _step's and the profiler's _step_timed's parameters, module constants, the panel loops' variable
 RESERVED = ("W", "B", "R", "K", "L", "np", "os", "math", "EXTERN", "OpContext", "Model", "INPUTS", "OUTPUTS",
             "FORWARD_OUTPUTS", "UPDATES", "WORKERS", "SCHEDULE", "ARENA_BYTES", "SLOT_OF", "SHARED_BUFFERS",
-            "T", "S", "P", "SKIP", "ERR")   # _step's and the profiler's _step_timed's parameters, module constants
+            "T", "S", "P", "SKIP", "ERR", "lo")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Program:
     make_kernel: Render | None = None
     temps: dict[str, Container] = field(default_factory=dict)   # statement-internal buffers (GEMM accumulators)
     kernels_may_alias: bool = False   # kernels stay correct when an output aliases an input (numba)
+    panels: bool = False              # fused contractions run panel by panel (``panels``; the CPU backend)
     schedule: Any = None              # a schedule.Schedule (steps run side by side), or None: in order
 
     def var(self, container: str) -> str:
@@ -134,12 +136,14 @@ class Program:
         return self.container(container).nbytes(self.graph.bindings)
 
 
-def build_program(graph: Graph, render: Render, *, lowered: bool = False, kernels_may_alias: bool = False) -> Program:
+def build_program(graph: Graph, render: Render, *, lowered: bool = False, kernels_may_alias: bool = False,
+                  panels: bool = False) -> Program:
     """The program of ``graph`` (lowered first unless ``lowered``); ``render`` turns a map into a
     kernel (a backend's ``Backend.renderer(parallel)``). ``kernels_may_alias``: the kernels stay
-    right when an output is the buffer of an input (in-place ``memory_reuse`` buffers)."""
+    right when an output is the buffer of an input (in-place ``memory_reuse`` buffers); ``panels``:
+    a GEMM with an epilogue runs panel by panel (``codegen.program.panels``)."""
     g = graph if lowered else lower_for_codegen(graph)
-    prog = Program(g, Namespace(RESERVED), kernels_may_alias=kernels_may_alias)
+    prog = Program(g, Namespace(RESERVED), kernels_may_alias=kernels_may_alias, panels=panels)
     prog.make_kernel = render
     for name in g.inputs:
         prog.var(name)

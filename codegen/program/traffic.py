@@ -3,10 +3,12 @@
 ``ir.movement`` counts each kernel once, as the IR fuses it: a GEMM with an epilogue reads its
 operands and writes only the epilogue's outputs, a grouped GEMM reads a shared operand once, a
 view is a copy. A backend's program may move more or less: a contraction whose epilogue runs as
-a separate kernel writes the raw product and reads it back, members of a group each read the
+a separate kernel writes the raw product and reads it back (unless it runs in panels that stay
+in cache: ``codegen.program.panels`` states the cache model), members of a group each read the
 shared operand, a ``zeros``/``full`` output is filled before its kernel runs, and views move
 nothing. ``traffic(prog)`` counts both per statement from the calls the program makes
-(``Statement.calls``: every array argument once, by its container's size, plus the fills), so
+(``Statement.calls``: every array argument once, by its container's size, plus the fills; a panel
+loop's distinct arrays once, its product panel not at all), so
 "as exported" is the sum over what the module actually calls (``tests`` run the module with its
 calls counted and compare).
 """

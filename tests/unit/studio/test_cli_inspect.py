@@ -84,7 +84,7 @@ def test_inspect_and_replay_count_bytes_as_exported(tmp_path, capsys):
     out = capsys.readouterr().out
     graph, _ = load_with_history(str(model), str(history), [])
     want = traffic(program(graph))
-    assert want.summary() in out and "raw product" in out
+    assert want.summary() in out and "each member of the group reads its operands" in out
     summary = json.loads(report_path.read_text())["summary"]
     assert summary["exported"] == {"backend": "cpu", "bytes_as_fused": want.fused, "bytes_as_exported": want.exported}
     assert want.fused == pytest.approx(summary["bytes_after"], rel=1e-6)
