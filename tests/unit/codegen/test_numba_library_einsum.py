@@ -1,7 +1,8 @@
 """The CPU backend's two-operand Einsum (``codegen/numba_cpu/library.py``): one batched
 ``np.matmul`` on permuted views, equal to ``np.einsum`` for every label arrangement
 (batch, free and contracted axes in any order; outer and inner products), writing in
-place into a contiguous ``out`` whose axes are batch, a-free, b-free, and falling back
+place into a contiguous ``out`` whose axes are batch, a-free, b-free (or through a transposed
+view of ``out`` when each operand has one free axis), and falling back
 to ``np.einsum`` for what is not a matmul (repeated labels, labels summed out alone)."""
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ CASES = [
     ("abc,cd->abd", (2, 3, 4), (4, 5)),
     ("abc,cd->dba", (2, 3, 4), (4, 5)),
     ("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5)),
+    ("abce,aebd->acbd", (2, 3, 4, 5), (2, 5, 3, 6)),   # attention's context back in (B, L, H, D): a strided out
+    ("aebc,abed->adbc", (2, 5, 3, 4), (2, 3, 5, 6)),
     ("ii,ij->j", (3, 3), (3, 4)),                       # repeated label: np.einsum fallback
     ("ij,jk->k", (3, 4), (4, 5)),                       # i summed out alone: fallback
 ]
@@ -51,6 +54,20 @@ def test_product_lands_in_out_without_a_temporary():
     assert (out == 6).all()
 
 
+def test_one_free_axis_each_in_any_order_lands_in_out_through_a_strided_view(monkeypatch):
+    """attention's softmax · V written as (B, L, H, D): the matmul writes through out's transposed view,
+    no product is allocated and copied."""
+    rng = np.random.default_rng(2)
+    s = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    v = rng.standard_normal((2, 4, 3, 5)).astype(np.float32)
+    spy = _MatmulSpy()
+    monkeypatch.setattr(L, "np", spy)
+    out = np.full((2, 4, 3, 5), np.nan, np.float32)
+    assert L.einsum("abce,aebd->acbd", s, v, out=out) is out
+    assert spy.outs == [out.transpose(0, 2, 1, 3).shape] and spy.views_of_out(out)
+    np.testing.assert_allclose(out, np.einsum("abce,aebd->acbd", s, v), rtol=1e-5, atol=1e-5)
+
+
 def test_half_precision_operands_accumulate_in_float32():
     rng = np.random.default_rng(1)
     a = rng.standard_normal((8, 64)).astype(np.float16)
@@ -74,14 +91,20 @@ class _MatmulSpy:
     """NumPy as the library sees it, recording the operand shapes of every ``matmul``."""
 
     def __init__(self):
-        self.shapes = []
+        self.shapes, self.outs, self.written = [], [], []
 
     def __getattr__(self, name):
         return getattr(np, name)
 
     def matmul(self, a, b, *args, **kw):
         self.shapes.append((a.shape, b.shape))
+        if kw.get("out") is not None:
+            self.outs.append(kw["out"].shape)
+            self.written.append(kw["out"])
         return np.matmul(a, b, *args, **kw)
+
+    def views_of_out(self, out) -> bool:
+        return all(np.shares_memory(w, out) for w in self.written) and bool(self.written)
 
 
 @pytest.mark.parametrize("lead", ["contiguous", "transposed"])
