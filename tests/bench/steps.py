@@ -23,12 +23,24 @@ def ort_step(path: str | Path, feeds: Mapping[str, np.ndarray], n_threads: int) 
     return lambda: sess.run(None, ort_feeds)
 
 
-def interleaved_medians(runs: Mapping[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Seconds per call of each run: ``reps`` rounds that call every run once, in order; the median."""
+BLOCK = 3
+"""Steps each engine runs in a row per round; the first of each block is not counted. Every engine's
+threads keep spinning after a call (OpenBLAS 2^28 cycles, about 0.1 s; Intel OpenMP's KMP_BLOCKTIME
+0.2 s; onnxruntime's intra-op pool), and in one process they take the cores from the next engine's
+call: measured here, one step each in turn, onnxruntime's step took 310 ms after dcstudio's and 245 ms
+when OpenBLAS stopped spinning. A block measures each engine as a training loop runs it, back to back."""
+
+
+def interleaved_medians(runs: Mapping[str, Callable[[], object]], reps: int, block: int = BLOCK
+                        ) -> dict[str, float]:
+    """Seconds per call of each run: ``reps`` rounds that run every engine ``block`` times in a row, in
+    order, timing all but the first call of each block; the median."""
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(reps):
         for name, fn in runs.items():
-            t0 = time.perf_counter()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            for _ in range(block - 1):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}

