@@ -8,8 +8,8 @@ standard-ONNX training step by dcstudio's autodiff. dcstudio applies the recipe 
 ``conv_weight_grad`` then Substation), exports the package and imports it. onnxruntime runs the graph as
 generated, all graph optimizations on; torch runs forward, backward and ``torch.optim.AdamW``. Same thread
 count everywhere; steps interleaved in blocks (``steps.interleaved_medians``), median of ``REPS``, once per
-thread count of ``$DCSTUDIO_BENCH_THREADS`` (default 1 and 2). The bench then times each library call and kernel of
-one step on its own and prints the five that take longest: what holds the step back. The target
+thread count of ``$DCSTUDIO_BENCH_THREADS`` (default 1 and 2). The bench then times each library call and
+kernel of one step on its own and prints the five that take longest: what holds the step back. The target
 (>= 1.0x onnxruntime) is reported, not asserted beyond a loose floor.
 """
 from __future__ import annotations
