@@ -59,11 +59,10 @@ Q = "@q"                # the panel kernel's outer parameter
 
 @dataclass(frozen=True)
 class Panels:
-    """How one contraction runs in panels: acc axis, width, count, per operand the axis it slices."""
+    """How one contraction runs in panels: the product's axis cut, the width, per operand the axis it slices."""
 
     axis: int
     width: int
-    count: int
     slices: tuple[int | None, ...]
 
 
@@ -123,7 +122,7 @@ def choose(prog: "Program", node: OpNode, base: OpNode, acc: Container) -> Panel
             continue
         cost = sum(kept) * (n // width)
         if best is None or cost < best[0]:
-            best = (cost, Panels(d, width, n // width, slices))
+            best = (cost, Panels(d, width, slices))
     return None if best is None else best[1]
 
 
@@ -159,7 +158,7 @@ def panel_map(m: MapNode, temp: str, p: str, width: int) -> MapNode | None:
             return None
         return Memlet(mem.container, tuple(E.substitute(ix, shift) if not isinstance(ix, Range) else ix
                                            for ix in mem.subset), mem.volume, mem.wcr)
-    for node, scopes in new.walk():
+    for node, _ in new.walk():
         if isinstance(node, MapNode):
             if any(p in E.free_vars(e) for _, r in node.params for e in (r.start, r.stop)):
                 return None
@@ -236,7 +235,7 @@ def _sliced_call(prog: "Program", call: str, operands: list[str], plan: Panels) 
     head, rest = call.split("(", 1)
     args = rest.rsplit(", out=", 1)
     parts = args[0].split(", ")
-    for k, (c, axis) in enumerate(zip(operands, plan.slices)):
+    for c, axis in zip(operands, plan.slices):
         if axis is None:
             continue
         var = prog.operand(c)
