@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from ir import expr as E
 from ir.graph import Graph
-from ir.maps import range_bounds
+from ir.maps import range_bounds, trip_count
 from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, Tasklet
 
@@ -160,12 +160,9 @@ def _row_lanes(m: MapNode, graph: Graph, length: int) -> int:
     warp's rows then run, and exchange, together) and each row has a point for every lane."""
     if ROW_LANES >= WARP or length < ROW_LANES or WARP % ROW_LANES:
         return WARP
-    rows = 1
-    for _, r in m.params:
-        if (E.free_vars(r.start) | E.free_vars(r.stop)) - set(graph.bindings):
-            return WARP
-        start, stop, step = range_bounds(r, graph.bindings)
-        rows *= max(0, -(-(stop - start) // step))
+    if any((E.free_vars(r.start) | E.free_vars(r.stop)) - set(graph.bindings) for _, r in m.params):
+        return WARP
+    rows = trip_count(m.params, graph.bindings)
     return ROW_LANES if rows % (ROWS_PER_WARP_BLOCK * (WARP // ROW_LANES)) == 0 else WARP
 
 
