@@ -188,7 +188,8 @@ def lines(prog: "Program", node: OpNode, base: OpNode, call: str, epi: MapNode, 
     if set(operands) & set(ks.arrays) or any(prog.is_bits(c) for c in operands):
         return None
     shape = list(acc.concrete_shape(prog.graph.bindings))
-    p = _acc_param(epi, temp, plan.axis, shape[plan.axis])
+    n = shape[plan.axis]
+    p = _acc_param(epi, temp, plan.axis, n)
     pm = panel_map(epi, temp, p, plan.width) if p is not None else None
     if pm is None:
         return None
@@ -211,14 +212,10 @@ def lines(prog: "Program", node: OpNode, base: OpNode, call: str, epi: MapNode, 
     prog.temps[temp] = panel
     sliced = _sliced_call(prog, call, operands, plan)
     args = [prog.kernel_arg(c) for c in pk.arrays] + extents
-    text = [f"for lo in L.panels({shape_of(acc, prog)[plan.axis]}, {plan.width}):", f"    {sliced}",
+    text = [f"for lo in L.panels({n}, {plan.width}):", f"    {sliced}",
             f"    K.{pk.name}({', '.join(args)})"]
     moved = tuple(dict.fromkeys([*operands, *(c for c in pk.arrays if c != temp)]))
     return text, pk, (("L.panels", moved),)
-
-
-def shape_of(c: Container, prog: "Program") -> tuple[int, ...]:
-    return c.concrete_shape(prog.graph.bindings)
 
 
 def _extent(a: int, b: int, width: int) -> str | None:
