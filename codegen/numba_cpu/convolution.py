@@ -3,7 +3,7 @@
 An exported package carries a verbatim copy of this file beside ``_lib.py`` (which imports it
 the first time a convolution runs), so it imports only NumPy and numba.
 
-Two strategies, picked per call from the shapes (``plan``):
+Three strategies, picked per call from the shapes:
 
 - **GEMM** (every group has enough channels for BLAS to pay): ``im2col`` copies the receptive
   fields of a chunk of images into a scratch ``(C/G·kh·kw, images, Ho·Wo)`` buffer, one sgemm
@@ -12,10 +12,18 @@ Two strategies, picked per call from the shapes (``plan``):
   skips the copy: its input already is the matrix. ConvTranspose is the mirror: the transposed
   weights times the input give the columns, and ``col2im`` adds them into the output planes.
   Chunks keep the scratch buffer near ``SCRATCH`` floats so that it stays in cache.
-- **Direct** loop nests (depthwise convs, and the weight-gradient convs autodiff writes for
-  them, where each group has one output channel): one output plane per iteration; the inner
-  loop runs along output columns, or along kernel columns when the kernel is wider than the
-  output (a weight gradient: the "kernel" is the output gradient, the "output" the 3×3 filter).
+- **Depthwise, channels last** (one input and one output channel per group, at least
+  ``DEPTHWISE_CHANNELS`` groups; the conv, its ConvTranspose and its ConvWeightGrad): the operands
+  are copied to (N, H·W, C) scratch, every in-image tap of every output point runs one loop along
+  the channels, and the result is copied back. Late EfficientNet stages have 4×4 and 2×2 planes,
+  where loops along plane rows ran 2 to 4 points long: measured here on EfficientNet-B0's sixteen
+  depthwise convs (batch 8, 64×64, one thread) 25.4 → 3.8 ms forward, 27.5 → 4.0 ms for dX and
+  20.8 → 4.1 ms for dW, copies included.
+- **Direct** loop nests (other grouped convs too small for BLAS, and the weight-gradient convs
+  autodiff writes for depthwise ones when ``conv_weight_grad`` has not rewritten them): one output
+  plane per iteration; the inner loop runs along output columns, or along kernel columns when the
+  kernel is wider than the output (a weight gradient: the "kernel" is the output gradient, the
+  "output" the 3×3 filter).
 
 Every kernel is serial (``nogil``): the step's schedule runs independent statements side by
 side, BLAS takes the threads inside a GEMM, and numba's thread pool would compete with both.
@@ -195,6 +203,87 @@ def direct_weight_grad(x, dy, dw, cg, mg, sh, sw, ph, pw, dh, dwl):
                     dw[m, c, i, j] = acc
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def channels_last(a, out):
+    """out[n, p, c] = a[n, c, p]. The inner loop runs along p: the strided side then steps by C,
+    not by a power-of-two plane size, which would map every access to one cache set."""
+    nn, cc, pp = a.shape
+    for n in range(nn):
+        for c in range(cc):
+            for p in range(pp):
+                out[n, p, c] = a[n, c, p]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def channels_first(a, out):
+    """out[n, c, p] = a[n, p, c] (inner loop along p, as in ``channels_last``)."""
+    nn, pp, cc = a.shape
+    for n in range(nn):
+        for c in range(cc):
+            for p in range(pp):
+                out[n, c, p] = a[n, p, c]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def depthwise(xl, wl, yl, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
+    """Depthwise conv, channels last: yl (N, Ho·Wo, C) from xl (N, H·W, C) and wl (kh, kw, C).
+    Only taps inside the image are visited; the inner loop runs along C."""
+    nn, cc = xl.shape[0], xl.shape[2]
+    kh, kw = wl.shape[0], wl.shape[1]
+    for n in range(nn):
+        for oh in range(ho):
+            ilo, ihi = _lo(ph, oh * sh, dh), _hi(h, ph, oh * sh, dh, kh)
+            for ow in range(wo):
+                jlo, jhi = _lo(pw, ow * sw, dw), _hi(wi, pw, ow * sw, dw, kw)
+                out = yl[n, oh * wo + ow]
+                out[:] = 0.0
+                for i in range(ilo, ihi):
+                    for j in range(jlo, jhi):
+                        src, wv = xl[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw], wl[i, j]
+                        for c in range(cc):
+                            out[c] += wv[c] * src[c]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def depthwise_transpose(dyl, wl, dxl, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
+    """The input gradient of a depthwise conv, channels last: dxl (N, H·W, C) from dyl (N, Ho·Wo, C),
+    each output point's gradient added to the inputs it read."""
+    nn, cc = dxl.shape[0], dxl.shape[2]
+    kh, kw = wl.shape[0], wl.shape[1]
+    dxl[:] = 0.0
+    for n in range(nn):
+        for oh in range(ho):
+            ilo, ihi = _lo(ph, oh * sh, dh), _hi(h, ph, oh * sh, dh, kh)
+            for ow in range(wo):
+                jlo, jhi = _lo(pw, ow * sw, dw), _hi(wi, pw, ow * sw, dw, kw)
+                g = dyl[n, oh * wo + ow]
+                for i in range(ilo, ihi):
+                    for j in range(jlo, jhi):
+                        dst, wv = dxl[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw], wl[i, j]
+                        for c in range(cc):
+                            dst[c] += wv[c] * g[c]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def depthwise_weight_grad(xl, dyl, acc, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
+    """acc (kh, kw, C) = the sum over images and output points of dY times the input each tap read,
+    channels last (float32 sums, in image-then-point order, as ``direct_weight_grad``'s)."""
+    nn, cc = xl.shape[0], xl.shape[2]
+    kh, kw = acc.shape[0], acc.shape[1]
+    acc[:] = 0.0
+    for n in range(nn):
+        for oh in range(ho):
+            ilo, ihi = _lo(ph, oh * sh, dh), _hi(h, ph, oh * sh, dh, kh)
+            for ow in range(wo):
+                jlo, jhi = _lo(pw, ow * sw, dw), _hi(wi, pw, ow * sw, dw, kw)
+                g = dyl[n, oh * wo + ow]
+                for i in range(ilo, ihi):
+                    for j in range(jlo, jhi):
+                        src, a = xl[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw], acc[i, j]
+                        for c in range(cc):
+                            a[c] += g[c] * src[c]
+
+
 def _scratch(size: int, which: str = "buf", dtype=np.float32) -> np.ndarray:
     """A per-thread buffer of at least ``size`` elements (statements run side by side): ``buf`` holds
     the columns, ``buf2``/``buf3`` a GEMM's product or operand meanwhile."""
@@ -222,6 +311,43 @@ def gemm_pays(cg: int, mg: int, k: int) -> bool:
     return mg >= 4 and cg * k >= 8
 
 
+DEPTHWISE_CHANNELS = 16
+"""A depthwise conv (one input and one output channel per group) with at least this many channels
+runs channels last (``depthwise*``): its inner loop then runs along the channels, not along rows of
+an output plane, which in late stages are 2 to 8 points long."""
+
+
+def depthwise_pays(group: int, cg: int, mg: int) -> bool:
+    return cg == 1 and mg == 1 and group >= DEPTHWISE_CHANNELS
+
+
+def _last(a: np.ndarray, which: str) -> np.ndarray:
+    """A scratch (N, H·W, C) copy of the 4-d ``a`` (N, C, H, W)."""
+    n, c, h, w = a.shape
+    out = _scratch(n * h * w * c, which).reshape(n, h * w, c)
+    channels_last(a.reshape(n, c, h * w), out)
+    return out
+
+
+def _first(yl: np.ndarray, y: np.ndarray) -> None:
+    """y (N, C, H, W) = the channels-last ``yl`` (N, H·W, C); through a copy when ``y`` is a strided view."""
+    n, c, h, w = y.shape
+    if y.flags.c_contiguous:
+        channels_first(yl, y.reshape(n, c, h * w))
+        return
+    planes = np.empty((n, c, h * w), np.float32)
+    channels_first(yl, planes)
+    y[...] = planes.reshape(y.shape)
+
+
+def _taps(w: np.ndarray) -> np.ndarray:
+    """Depthwise weights (C, 1, kh, kw) as a scratch (kh, kw, C)."""
+    c, _, kh, kw = w.shape
+    out = _scratch(kh * kw * c, "buf3").reshape(kh, kw, c)
+    out[...] = w.reshape(c, kh * kw).T.reshape(kh, kw, c)
+    return out
+
+
 def conv2d(x, w, y, strides, pads, dilations, group, wide: bool = True) -> None:
     """ONNX Conv (no bias) of 4-d float32 ``x`` and ``w`` into ``y`` (N, M, Ho, Wo). ``wide``: the GEMMs
     run in float64 on float64 columns and the result is rounded once, as the reference does: a conv's
@@ -233,6 +359,11 @@ def conv2d(x, w, y, strides, pads, dilations, group, wide: bool = True) -> None:
     mg = m // group
     (sh, sw), (ph, pw), (dh, dw) = strides, pads, dilations
     ho, wo = y.shape[2], y.shape[3]
+    if depthwise_pays(group, cg, mg):
+        yl = _scratch(n * ho * wo * m, "buf2").reshape(n, ho * wo, m)
+        depthwise(_last(x, "buf"), _taps(w), yl, h, wi, ho, wo, sh, sw, ph, pw, dh, dw)
+        _first(yl, y)
+        return
     if not gemm_pays(cg, mg, kh * kw):
         direct_conv(x, w, y, cg, mg, sh, sw, ph, pw, dh, dw)
         return
@@ -264,6 +395,11 @@ def conv_transpose2d(x, w, y, strides, pads, dilations, group) -> None:
     _, mg, kh, kw = w.shape
     (sh, sw), (ph, pw), (dh, dw) = strides, pads, dilations
     ho, wo = y.shape[2], y.shape[3]
+    if depthwise_pays(group, cg, mg):
+        dxl = _scratch(n * ho * wo * c, "buf2").reshape(n, ho * wo, c)
+        depthwise_transpose(_last(x, "buf"), _taps(w), dxl, ho, wo, h, wi, sh, sw, ph, pw, dh, dw)
+        _first(dxl, y)
+        return
     if not gemm_pays(cg, mg, kh * kw):
         direct_conv_transpose(x, w, y, cg, mg, sh, sw, ph, pw, dh, dw)
         return
@@ -297,6 +433,12 @@ def conv_weight_grad2d(x, dy, dw, strides, pads, dilations, group) -> None:
     mg = m // group
     (sh, sw), (ph, pw), (dh, dwl) = strides, pads, dilations
     ho, wo = dy.shape[2], dy.shape[3]
+    if depthwise_pays(group, cg, mg):
+        acc = _scratch(kh * kw * m, "buf3").reshape(kh, kw, m)
+        depthwise_weight_grad(_last(x, "buf"), _last(dy, "buf2"), acc, x.shape[2], x.shape[3], ho, wo,
+                              sh, sw, ph, pw, dh, dwl)
+        dw[...] = acc.transpose(2, 0, 1)[:, None]
+        return
     if not gemm_pays(cg, mg, kh * kw):
         direct_weight_grad(x, dy, dw, cg, mg, sh, sw, ph, pw, dh, dwl)
         return

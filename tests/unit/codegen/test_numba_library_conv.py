@@ -29,6 +29,11 @@ CONVS = {
     "1x1/2 downsample": ((2, 8, 8, 8), (16, 8, 1, 1), {"strides": [2, 2]}),
     "depthwise 3x3": ((2, 8, 10, 10), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
     "depthwise 5x5/2": ((2, 6, 11, 11), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
+    "depthwise 3x3, channels last": ((2, 16, 10, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}),
+    "depthwise 5x5/2 dilated, channels last": ((3, 24, 11, 9), (24, 1, 5, 5),
+                                               {"group": 24, "strides": [2, 1], "dilations": [1, 2],
+                                                "pads": [2, 1, 2, 3]}),
+    "depthwise 5x5 on a 2x2 plane": ((2, 32, 2, 2), (32, 1, 5, 5), {"group": 32, "pads": [2, 2, 2, 2]}),
     "grouped, gemm per group": ((2, 16, 7, 7), (32, 4, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
     "dilated, asymmetric pads": ((2, 4, 12, 12), (8, 4, 3, 3), {"dilations": [2, 2], "pads": [2, 1, 0, 3]}),
     # the weight gradient of "3x3/2 odd size" as autodiff writes it: batch and channels swapped,
@@ -50,6 +55,11 @@ CONV_TRANSPOSES = {
     "dx of 1x1 point, small plane": ((4, 12, 3, 3), (12, 8, 1, 1), {}),
     "dx of 1x1/2 downsample": ((2, 16, 4, 4), (16, 8, 1, 1), {"strides": [2, 2], "output_padding": [1, 1]}),
     "dx of depthwise 5x5/2": ((2, 6, 6, 6), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
+    "dx of depthwise 3x3/2, channels last": ((2, 16, 5, 5), (16, 1, 3, 3),
+                                             {"group": 16, "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                              "output_padding": [1, 0]}),
+    "dx of depthwise 5x5 dilated, channels last": ((3, 24, 9, 7), (24, 1, 5, 5),
+                                                   {"group": 24, "dilations": [1, 2], "pads": [2, 1, 2, 3]}),
     "dx of grouped conv": ((2, 32, 7, 7), (32, 4, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
     "dx of dilated conv": ((2, 8, 8, 10), (8, 4, 3, 3), {"dilations": [2, 2], "pads": [2, 1, 0, 3]}),
     "1-D": ((2, 6, 9), (6, 4, 3), {"strides": [2], "pads": [1, 1], "output_padding": [0]}),
@@ -125,6 +135,28 @@ def test_both_strategies_run():
     gemm = [n for n, (sx, sw, a) in CONVS.items() if convolution.gemm_pays(sw[1], sw[0] // a.get("group", 1),
                                                                            int(np.prod(sw[2:])))]
     assert "3x3 same" in gemm and "depthwise 3x3" not in gemm and "weight gradient of a depthwise conv" not in gemm
+    last = [n for n, (sx, sw, a) in CONVS.items()
+            if convolution.depthwise_pays(a.get("group", 1), sw[1], sw[0] // a.get("group", 1))]
+    assert sorted(last) == sorted(n for n in CONVS if "channels last" in n or "2x2 plane" in n)
+
+
+def test_depthwise_channels_last_writes_a_strided_output_in_place():
+    """A depthwise conv's channels-last result lands in a strided ``out`` (through a copy) and its weight
+    gradient in a strided ``dW``; what lies between the strides stays untouched."""
+    sx, sw, attrs = CONVS["depthwise 3x3, channels last"]
+    x, w, _ = _arrays(sx, sw, 0)
+    want = ref_conv([x.astype(np.float64), w.astype(np.float64)], attrs, CTX)[0]
+    big = np.zeros((2, 32, 10, 10), np.float32)
+    L.conv(ref_conv, (x, w), attrs, CTX, out=big[:, ::2])
+    _check(big[:, ::2], want, 9)
+    assert not big[:, 1::2].any()
+    dy = np.random.default_rng(2).standard_normal(want.shape).astype(np.float32)
+    full = {**attrs, "kernel_shape": [3, 3]}
+    dw_want = ref_weight_grad([x.astype(np.float64), dy.astype(np.float64)], full, CTX)[0]
+    wide = np.zeros((16, 2, 3, 3), np.float32)
+    L.conv_weight_grad(ref_weight_grad, (x, dy), full, CTX, out=wide[:, :1])
+    _check(wide[:, :1], dw_want, 2 * 100)
+    assert not wide[:, 1:].any()
 
 
 def test_chunks_of_images_give_the_same_result(monkeypatch):
