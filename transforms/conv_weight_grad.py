@@ -19,9 +19,16 @@ Before → after (a 3×3 conv with stride 2; ``group=1``)::
     %conv_weight_grad:cv = ai.dcstudio::ConvWeightGrad(x, dy)
         {kernel_shape=[3, 3], strides=[2, 2], dilations=[1, 1], pads=[1, 1, 1, 1], group=1} -> (dW)
 
-The transposes of ``X`` and ``dY`` are removed only when nothing else reads their results. Grouped
-convolutions (whose batch transposition goes through reshapes) are left alone: a depthwise
-weight's gradient has one channel per group, so its layout is already the weights'.
+A grouped conv (``G`` groups of ``cg`` channels) regroups ``X`` instead of transposing it, so that
+group ``g`` of the weight-gradient Conv reads its own channels of every image::
+
+    %r1 = Reshape(x) -> (N, G, cg, H, W)    %t = Transpose(r1) {perm=[2, 1, 0, 3, 4]}    %r2 = Reshape(t) -> (cg, G·N, H, W)
+
+and the same rewrite applies with ``group=G``. For a depthwise conv this is where the time went: the
+Conv computes a (1, C, kh', kw') window over a (1, N·C, H, W) image with dY as a (Ho, Wo) kernel, 16
+taps where the weights have 9 in EfficientNet's 3×3/2 case, after copying both operands.
+
+The copies of ``X`` and ``dY`` are removed only when nothing else reads their results.
 """
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ from ir.nodes import OpNode
 from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
 from transforms.fusion import drop_dead, swap_kernels
 from transforms.layouts import transpose_of
+from transforms.views import view_of
 from transforms.registry import register
 
 OP = "ConvWeightGrad"
@@ -49,8 +57,31 @@ class Chain:
     dy: str                    # the output gradient dY (before its transpose)
     dw: str                    # the gradient in W's layout (the final transpose's output)
     inner: tuple[str, ...]     # the Slice (if any) and the final transpose
-    removable: tuple[str, ...]  # the operand transposes nothing else reads
+    removable: tuple[str, ...]  # the operand transposes (and regrouping reshapes) nothing else reads
     attrs: dict
+
+
+def _regrouped(graph: Graph, xt: str, group: int) -> tuple[str, list] | str:
+    """For ``xt`` = Reshape(Transpose(Reshape(x) to (N, G, cg, *S)) by [2, 1, 0, ...]) to (cg, G·N, *S): x and
+    the three nodes (last first); else why not."""
+    chain, name = [], xt
+    for _ in range(3):
+        node = graph.producer(name)
+        chain.append(node)
+        if node is None:
+            return f"'{name}' has no producer"
+        step = view_of(graph, node) if len(chain) != 2 else transpose_of(graph, node)
+        if step is None:
+            return f"'{node.id}' is not a {'transpose' if len(chain) == 2 else 'reshape'}"
+        name = step.source
+    shape = lambda n: graph.container(n).concrete_shape(graph.bindings)  # noqa: E731
+    x, (n, c), sp = name, shape(name)[:2], shape(name)[2:]
+    cg = c // group
+    t = transpose_of(graph, chain[1])
+    if c % group or shape(chain[2].output_names()[0]) != (n, group, cg) + sp \
+            or tuple(t.perm) != (2, 1, 0) + tuple(range(3, 3 + len(sp))) or shape(xt) != (cg, group * n) + sp:
+        return f"'{xt}' is not '{x}' regrouped into {group} groups of {cg} channels with the images inside"
+    return x, chain
 
 
 def _swap(graph: Graph, node, rank: int) -> bool:
@@ -76,14 +107,20 @@ def chain(graph: Graph, conv) -> Chain | str:
         return f"'{conv.id}' is not a Conv"
     if len(conv.inputs) > 2 and conv.inputs[2] is not None:
         return f"Conv '{conv.id}' has a bias: it is not a weight gradient"
-    if int(conv.attrs.get("group", 1)) != 1:
-        return f"Conv '{conv.id}' is grouped (group={conv.attrs['group']}): its weight gradient is left as it is"
+    group = int(conv.attrs.get("group", 1))
     if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
         return f"Conv '{conv.id}' uses auto_pad; only explicit pads are rewritten"
     xt, dyt = conv.inputs[0].container, conv.inputs[1].container
     rank = len(graph.container(xt).shape)
     px, pdy = graph.producer(xt), graph.producer(dyt)
-    if not _swap(graph, px, rank):
+    if group != 1:
+        found = _regrouped(graph, xt, group)
+        if isinstance(found, str):
+            return f"grouped Conv '{conv.id}' (group={group}): {found}"
+        x, x_nodes = found
+    elif _swap(graph, px, rank):
+        x, x_nodes = transpose_of(graph, px).source, [px]
+    else:
         return f"'{xt}', the input of Conv '{conv.id}', is not a transpose of a tensor's first two axes"
     if not _swap(graph, pdy, rank):
         return f"'{dyt}', the kernel of Conv '{conv.id}', is not a transpose of a tensor's first two axes"
@@ -100,20 +137,26 @@ def chain(graph: Graph, conv) -> Chain | str:
         inner.append(after[0])
     if not _swap(graph, inner[-1], rank):
         return f"'{inner[-1].id}' does not transpose the first two axes of Conv '{conv.id}''s result back"
-    t_x, t_dy = transpose_of(graph, px), transpose_of(graph, pdy)
+    t_dy = transpose_of(graph, pdy)
     dw = transpose_of(graph, inner[-1]).target
     nd = rank - 2
     shape = lambda name: graph.container(name).concrete_shape(graph.bindings)  # noqa: E731
-    if shape(dw)[:2] != (shape(t_dy.source)[1], shape(t_x.source)[1]):
+    cg = shape(x)[1] // group
+    if shape(dw)[:2] != (shape(t_dy.source)[1], cg):
         return f"'{dw}' {shape(dw)} is not a gradient of Conv weights with {shape(t_dy.source)[1]} outputs " \
-               f"and {shape(t_x.source)[1]} channels: '{inner[0].id}' also cuts the channels"
+               f"and {cg} channels per group: '{inner[0].id}' also cuts the channels"
     attrs = {"kernel_shape": list(shape(dw)[2:]),
              "strides": list(conv.attrs.get("dilations") or [1] * nd),
              "dilations": list(conv.attrs.get("strides") or [1] * nd),
-             "pads": list(conv.attrs.get("pads") or [0] * (2 * nd)), "group": 1}
-    removable = tuple(p.id for p, t in ((px, xt), (pdy, dyt))
-                      if len(graph.consumers(t)) == 1 and t not in graph.outputs)
-    return Chain(conv, t_x.source, t_dy.source, dw, tuple(n.id for n in inner), removable, attrs)
+             "pads": list(conv.attrs.get("pads") or [0] * (2 * nd)), "group": group}
+    removable = []
+    for nodes in (x_nodes, [pdy]):            # each operand's copies, from the Conv back, while only they read them
+        for node in nodes:
+            out = node.output_names()[0]
+            if len(graph.consumers(out)) != 1 or out in graph.outputs:
+                break
+            removable.append(node.id)
+    return Chain(conv, x, t_dy.source, dw, tuple(n.id for n in inner), tuple(removable), attrs)
 
 
 @register

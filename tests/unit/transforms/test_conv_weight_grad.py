@@ -81,10 +81,30 @@ def test_a_transpose_whose_result_is_also_a_graph_output_stays():
     assert g1.producer(xt) is not None and g1.producer(xt).id not in app.created and len(app.removed) == 4
 
 
+def test_a_depthwise_weight_gradient_becomes_one_grouped_op():
+    """autodiff regroups X through Reshape, Transpose, Reshape for a grouped conv: the three go with the Conv,
+    dY's transpose and the transpose back, and the op carries group=4."""
+    g = _training_graph(depthwise=True)
+    assert sorted(m.anchors for m in T.matches(g)) == [("grad/c1/Conv",), ("grad/c2/Conv",)]
+    conv = g.nodes["grad/c2/Conv"]
+    app, g1 = assert_applies(g, T, T.match("grad/c2/Conv"))
+    node = g1.nodes["conv_weight_grad:grad/c2/Conv"]
+    assert node.attrs == {"kernel_shape": [3, 3], "strides": [1, 1], "dilations": [1, 1], "pads": [1, 1, 1, 1],
+                          "group": 4}
+    assert node.input_names()[0] == "a" and g1.container(node.output_names()[0]).shape == (4, 1, 3, 3)
+    regroup = [g.producer(conv.input_names()[0])]
+    for _ in range(2):
+        regroup.append(g.producer(regroup[-1].input_names()[0]))
+    assert [n.op_type for n in regroup] == ["Reshape", "Transpose", "Reshape"]
+    assert {n.id for n in regroup} <= set(app.removed) and len(app.removed) == 6   # + Conv, 2 transposes
+    assert library_flops(g1, node) == 2 * 9 * (2 * 4 * 4 * 4)
+    run_pass(g, create("expand"), step=1)                                # the transposes as maps
+    assert ("grad/c2/Conv",) in [m.anchors for m in T.matches(g)]
+    assert_applies(g, T, T.match("grad/c2/Conv"))
+
+
 def test_near_misses_name_the_nodes():
     g = _training_graph(depthwise=True)
-    assert [m.anchors for m in T.matches(g)] == [("grad/c1/Conv",)]
-    assert_fails(g, T, T.match("grad/c2/Conv"), "grad/c2/Conv", "grouped (group=4)")
     assert_fails(g, T, T.match("c1"), "'x'", "is not a transpose", "'c1'")
     assert_fails(g, T, T.match("r"), "'r' is not a Conv")
     assert_fails(g, T, T.match("nowhere"), "no node 'nowhere'")
@@ -109,10 +129,25 @@ def test_a_slice_that_cuts_channels_is_no_weight_gradient():
     assert_fails(g, T, T.match("cv"), "'dw' (2, 3, 3, 3)", "4 outputs", "'sl' also cuts the channels")
 
 
-def test_the_cpu_program_runs_the_op_and_equals_the_reference():
+def test_a_grouped_conv_over_an_input_not_regrouped_is_no_weight_gradient():
+    nodes = [helper.make_node("Transpose", ["dy"], ["dyt"], name="tdy", perm=[1, 0, 2, 3]),
+             helper.make_node("Conv", ["x", "dyt"], ["raw"], name="cv", group=2),
+             helper.make_node("Transpose", ["raw"], ["dw"], name="tw", perm=[1, 0, 2, 3])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6]),
+                         helper.make_tensor_value_info("dy", TensorProto.FLOAT, [2, 2, 4, 4])],
+        [helper.make_tensor_value_info("dw", TensorProto.FLOAT, [2, 1, 3, 3])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    g = import_proto(model)
+    assert not list(T.matches(g))
+    assert_fails(g, T, T.match("cv"), "grouped Conv 'cv' (group=2)", "'x' has no producer")
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["dense", "depthwise"])
+def test_the_cpu_program_runs_the_op_and_equals_the_reference(depthwise):
     pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
     from codegen.numba_cpu.runner import CompiledGraph
-    g = _training_graph()
+    g = _training_graph(depthwise)
     run_pass(g, T, step=1)
     cg = CompiledGraph(g)
     assert sum("L.conv_weight_grad(" in line for st in cg.program.statements for line in st.lines) == 2
