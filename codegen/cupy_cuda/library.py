@@ -574,9 +574,9 @@ def _convolve(fn, inputs, attrs, ctx, out, kind):
     return out
 
 
-def conv(fn, inputs, attrs, ctx, out):
-    """ONNX Conv into ``out``: im2col + cuBLAS or a direct kernel on float32 1-D/2-D convs
-    (``convolution.py``), the reference kernel ``fn`` on the host otherwise."""
+def conv(fn, inputs, attrs, ctx, out, exact=True):
+    """ONNX Conv into ``out``: im2col + cuBLAS or a direct kernel on float32 1-D/2-D convs (``convolution.py``),
+    the reference kernel ``fn`` on the host otherwise; ``exact`` (the CPU's float64 sums) is not used here."""
     return _convolve(fn, inputs, attrs, ctx, out, "conv")
 
 

@@ -386,7 +386,7 @@ def _window(attrs: dict, nd: int) -> tuple[tuple, tuple, tuple]:
     return tuple(strides), tuple(pads), tuple(dil)
 
 
-def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str) -> np.ndarray:
+def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str, exact: bool = True) -> np.ndarray:
     geo = _conv_geometry(inputs, attrs, out)
     if geo is None:
         out[...] = reference(fn, inputs, attrs, ctx)[0]
@@ -396,7 +396,10 @@ def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str) -
     target = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
     run = {"conv": convolution.conv2d, "transpose": convolution.conv_transpose2d,
            "weights": convolution.conv_weight_grad2d}[kind]
-    run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)))
+    if kind == "conv":
+        run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)), wide=exact)
+    else:
+        run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)))
     if target is not y:
         y[...] = target
     b = inputs[2] if len(inputs) > 2 else None
@@ -405,10 +408,11 @@ def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str) -
     return out
 
 
-def conv(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray) -> np.ndarray:
+def conv(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, exact: bool = True) -> np.ndarray:
     """ONNX Conv into ``out``: im2col + BLAS or a direct loop nest (``convolution.py``) on float32
-    1-D/2-D convs, the reference kernel ``fn`` otherwise."""
-    return _convolve(fn, inputs, attrs, ctx, out, "conv")
+    1-D/2-D convs, the reference kernel ``fn`` otherwise. ``exact``: the GEMM sums in float64 (the
+    program passes False where no choice depends on the result: ``codegen.program.decisions``)."""
+    return _convolve(fn, inputs, attrs, ctx, out, "conv", exact)
 
 
 def conv_transpose(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray) -> np.ndarray:

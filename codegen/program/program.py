@@ -14,7 +14,8 @@ kernel, in topological order, into a ``Statement``:
 - Shape, Size → constants (shapes are static);
 - Conv / ConvTranspose / ai.dcstudio ConvWeightGrad / MaxPool → ``L.conv`` / ``L.conv_transpose``
   / ``L.conv_weight_grad`` / ``L.max_pool`` into the outputs' buffers (the
-  backend's library picks its implementation, and is handed the reference kernel as a fallback);
+  backend's library picks its implementation, and is handed the reference kernel as a fallback); a
+  Conv no choice depends on gets ``exact=False`` (``decisions``: it may sum in float32);
 - any other op → its NumPy reference kernel through ``L.reference`` (pooling, losses,
   gathers, and ops other engineers add later: nothing breaks);
 - a map the loop-nest printer refuses, or an op without a reference kernel, →
@@ -34,7 +35,7 @@ import numpy as np
 
 from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the reference table)
 from codegen.numpy_ref.registry import OpContext, canonical_domain, lookup
-from codegen.program import contractions, flatten
+from codegen.program import contractions, decisions, flatten
 from codegen.program.backend import Render
 from codegen.program.kernel import KernelSource, UnsupportedMap
 from codegen.program.namespace import Namespace, comment, literal
@@ -97,6 +98,7 @@ class Program:
     kernels_may_alias: bool = False   # kernels stay correct when an output aliases an input (numba)
     panels: bool = False              # fused contractions run panel by panel (``panels``; the CPU backend)
     schedule: Any = None              # a schedule.Schedule (steps run side by side), or None: in order
+    decided: set[str] | None = None   # containers a choice depends on (``decisions.reaching``), once needed
 
     def var(self, container: str) -> str:
         return self.ns.name(("c", container), container)
@@ -309,6 +311,10 @@ def _library(prog: Program, node: OpNode, head: str, ins: list[str]) -> Statemen
     for c in outs:
         prog.np_type(c)
     extra = f", indices={prog.var(outs[1])}" if len(outs) > 1 else ""
+    if call == "L.conv":
+        if prog.decided is None:
+            prog.decided = decisions.reaching(prog.graph)
+        extra += "" if outs[0] in prog.decided else ", exact=False"
     line = f"{call}({_reference_args(prog, node, ins)}, out={prog.var(outs[0])}{extra})"
     return Statement(node.id, node.qualified_type, "blas", head, [line], _reads(node), outs,
                      tuple(Alloc(c) for c in outs), calls=((call, _reads(node) + outs),))
