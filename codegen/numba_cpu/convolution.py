@@ -27,7 +27,8 @@ Three strategies, picked per call from the shapes:
 
 Every kernel is serial (``nogil``): the step's schedule runs independent statements side by
 side, BLAS takes the threads inside a GEMM, and numba's thread pool would compete with both.
-The forward conv's GEMMs sum in float64 (``conv2d``: its results decide ReLU masks); the
+A forward conv's GEMMs sum in float64 when a choice depends on its result (``conv2d(wide=True)``: ReLU
+masks, max-pool argmaxes; the program decides, ``codegen/program/decisions.py``), else in float32; the
 backward's (ConvTranspose, the weight gradient) in float32, as onnxruntime's do.
 """
 from __future__ import annotations
