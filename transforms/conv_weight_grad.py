@@ -22,7 +22,8 @@ Before → after (a 3×3 conv with stride 2; ``group=1``)::
 A grouped conv (``G`` groups of ``cg`` channels) regroups ``X`` instead of transposing it, so that
 group ``g`` of the weight-gradient Conv reads its own channels of every image::
 
-    %r1 = Reshape(x) -> (N, G, cg, H, W)    %t = Transpose(r1) {perm=[2, 1, 0, 3, 4]}    %r2 = Reshape(t) -> (cg, G·N, H, W)
+    %r1 = Reshape(x) -> (N, G, cg, H, W)    %t = Transpose(r1) {perm=[2, 1, 0, 3, 4]}
+    %r2 = Reshape(t) -> (cg, G·N, H, W)
 
 and the same rewrite applies with ``group=G``. For a depthwise conv this is where the time went: the
 Conv computes a (1, C, kh', kw') window over a (1, N·C, H, W) image with dY as a (Ho, Wo) kernel, 16

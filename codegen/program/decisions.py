@@ -10,9 +10,9 @@ BatchNorm, sums, AdamW), a float32 conv errs like onnxruntime's own fp32 run, fr
 tolerance is derived, and it runs as one float32 GEMM (a 1×1 conv then needs no im2col copy).
 
 A whitelist: an op is smooth only if it is known to be (``SMOOTH_OPS``), else every input it reads
-counts as decided on (Where: its condition); in a map, the inputs that reach a select's condition, a comparison, max/min,
-rounding or an integer cast (through the map's local containers), and every input of a max/min
-reduction.
+counts as decided on (Where: its condition); in a map, the inputs that reach a select's condition, a
+comparison, max/min, rounding or an integer cast (through the map's local containers), and every
+input of a max/min reduction.
 """
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ def _net(activation: str):
     """x (2, 3, 8, 8) → Conv 3×3 → activation → Conv 1×1 → y; MSE and AdamW: autodiff's training step."""
     rng = np.random.default_rng(0)
     act = ([helper.make_node("Relu", ["h"], ["a"], name="act")] if activation == "relu" else
-           [helper.make_node("Sigmoid", ["h"], ["s"], name="sig"), helper.make_node("Mul", ["h", "s"], ["a"], name="act")])
+           [helper.make_node("Sigmoid", ["h"], ["s"], name="sig"),
+            helper.make_node("Mul", ["h", "s"], ["a"], name="act")])
     nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="c1", pads=[1, 1, 1, 1], kernel_shape=[3, 3]), *act,
              helper.make_node("Conv", ["a", "w2"], ["y"], name="c2", kernel_shape=[1, 1])]
     inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
