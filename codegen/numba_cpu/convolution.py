@@ -226,64 +226,33 @@ def channels_first(a, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def depthwise(xl, wl, yl, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
-    """Depthwise conv, channels last: yl (N, Ho·Wo, C) from xl (N, H·W, C) and wl (kh, kw, C).
-    Only taps inside the image are visited; the inner loop runs along C."""
-    nn, cc = xl.shape[0], xl.shape[2]
-    kh, kw = wl.shape[0], wl.shape[1]
+def depthwise_taps(at_out, at_in, at_tap, target, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
+    """A depthwise conv channels last, over every in-image tap (image n, output point o, kernel tap i, j
+    reading input point p): ``at_out`` (N, Ho·Wo, C), ``at_in`` (N, H·W, C), ``at_tap`` (kh, kw, C). The
+    ``target`` (0, 1, 2: at_out, at_in, at_tap) is zeroed, then gets the other two's product added at
+    each tap: the conv (0), its input gradient (1) and its weight gradient (2, float32 sums in
+    image-then-point order, as ``direct_weight_grad``'s). The inner loop runs along the channels."""
+    nn, cc = at_out.shape[0], at_out.shape[2]
+    kh, kw = at_tap.shape[0], at_tap.shape[1]
+    (at_out if target == 0 else at_in if target == 1 else at_tap)[:] = 0.0
     for n in range(nn):
         for oh in range(ho):
             ilo, ihi = _lo(ph, oh * sh, dh), _hi(h, ph, oh * sh, dh, kh)
             for ow in range(wo):
                 jlo, jhi = _lo(pw, ow * sw, dw), _hi(wi, pw, ow * sw, dw, kw)
-                out = yl[n, oh * wo + ow]
-                out[:] = 0.0
+                o = at_out[n, oh * wo + ow]
                 for i in range(ilo, ihi):
                     for j in range(jlo, jhi):
-                        src, wv = xl[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw], wl[i, j]
-                        for c in range(cc):
-                            out[c] += wv[c] * src[c]
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def depthwise_transpose(dyl, wl, dxl, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
-    """The input gradient of a depthwise conv, channels last: dxl (N, H·W, C) from dyl (N, Ho·Wo, C),
-    each output point's gradient added to the inputs it read."""
-    nn, cc = dxl.shape[0], dxl.shape[2]
-    kh, kw = wl.shape[0], wl.shape[1]
-    dxl[:] = 0.0
-    for n in range(nn):
-        for oh in range(ho):
-            ilo, ihi = _lo(ph, oh * sh, dh), _hi(h, ph, oh * sh, dh, kh)
-            for ow in range(wo):
-                jlo, jhi = _lo(pw, ow * sw, dw), _hi(wi, pw, ow * sw, dw, kw)
-                g = dyl[n, oh * wo + ow]
-                for i in range(ilo, ihi):
-                    for j in range(jlo, jhi):
-                        dst, wv = dxl[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw], wl[i, j]
-                        for c in range(cc):
-                            dst[c] += wv[c] * g[c]
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def depthwise_weight_grad(xl, dyl, acc, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
-    """acc (kh, kw, C) = the sum over images and output points of dY times the input each tap read,
-    channels last (float32 sums, in image-then-point order, as ``direct_weight_grad``'s)."""
-    nn, cc = xl.shape[0], xl.shape[2]
-    kh, kw = acc.shape[0], acc.shape[1]
-    acc[:] = 0.0
-    for n in range(nn):
-        for oh in range(ho):
-            ilo, ihi = _lo(ph, oh * sh, dh), _hi(h, ph, oh * sh, dh, kh)
-            for ow in range(wo):
-                jlo, jhi = _lo(pw, ow * sw, dw), _hi(wi, pw, ow * sw, dw, kw)
-                g = dyl[n, oh * wo + ow]
-                for i in range(ilo, ihi):
-                    for j in range(jlo, jhi):
-                        src, a = xl[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw], acc[i, j]
-                        for c in range(cc):
-                            a[c] += g[c] * src[c]
-
+                        p, t = at_in[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw], at_tap[i, j]
+                        if target == 0:
+                            for c in range(cc):
+                                o[c] += t[c] * p[c]
+                        elif target == 1:
+                            for c in range(cc):
+                                p[c] += t[c] * o[c]
+                        else:
+                            for c in range(cc):
+                                t[c] += o[c] * p[c]
 
 def _scratch(size: int, which: str = "buf", dtype=np.float32) -> np.ndarray:
     """A per-thread buffer of at least ``size`` elements (statements run side by side): ``buf`` holds
@@ -314,7 +283,7 @@ def gemm_pays(cg: int, mg: int, k: int) -> bool:
 
 DEPTHWISE_CHANNELS = 16
 """A depthwise conv (one input and one output channel per group) with at least this many channels
-runs channels last (``depthwise*``): its inner loop then runs along the channels, not along rows of
+runs channels last (``depthwise_taps``): its inner loop then runs along the channels, not along rows of
 an output plane, which in late stages are 2 to 8 points long."""
 
 
@@ -362,7 +331,7 @@ def conv2d(x, w, y, strides, pads, dilations, group, wide: bool = True) -> None:
     ho, wo = y.shape[2], y.shape[3]
     if depthwise_pays(group, cg, mg):
         yl = _scratch(n * ho * wo * m, "buf2").reshape(n, ho * wo, m)
-        depthwise(_last(x, "buf"), _taps(w), yl, h, wi, ho, wo, sh, sw, ph, pw, dh, dw)
+        depthwise_taps(yl, _last(x, "buf"), _taps(w), 0, h, wi, ho, wo, sh, sw, ph, pw, dh, dw)
         _first(yl, y)
         return
     if not gemm_pays(cg, mg, kh * kw):
@@ -398,7 +367,7 @@ def conv_transpose2d(x, w, y, strides, pads, dilations, group) -> None:
     ho, wo = y.shape[2], y.shape[3]
     if depthwise_pays(group, cg, mg):
         dxl = _scratch(n * ho * wo * c, "buf2").reshape(n, ho * wo, c)
-        depthwise_transpose(_last(x, "buf"), _taps(w), dxl, ho, wo, h, wi, sh, sw, ph, pw, dh, dw)
+        depthwise_taps(_last(x, "buf"), dxl, _taps(w), 1, ho, wo, h, wi, sh, sw, ph, pw, dh, dw)
         _first(dxl, y)
         return
     if not gemm_pays(cg, mg, kh * kw):
@@ -436,8 +405,8 @@ def conv_weight_grad2d(x, dy, dw, strides, pads, dilations, group) -> None:
     ho, wo = dy.shape[2], dy.shape[3]
     if depthwise_pays(group, cg, mg):
         acc = _scratch(kh * kw * m, "buf3").reshape(kh, kw, m)
-        depthwise_weight_grad(_last(x, "buf"), _last(dy, "buf2"), acc, x.shape[2], x.shape[3], ho, wo,
-                              sh, sw, ph, pw, dh, dwl)
+        depthwise_taps(_last(dy, "buf2"), _last(x, "buf"), acc, 2, x.shape[2], x.shape[3], ho, wo,
+                       sh, sw, ph, pw, dh, dwl)
         dw[...] = acc.transpose(2, 0, 1)[:, None]
         return
     if not gemm_pays(cg, mg, kh * kw):
