@@ -103,7 +103,9 @@ def add_parser(sub) -> None:
                    help="package directory to write (its name is the package name; replaced if it exists)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--inputs", metavar="X.npz", help="inputs for the stored check (default: deterministic feeds)")
-    p.add_argument("--parallel", action="store_true", help="CPU: run large kernels' outer loops on all threads")
+    p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
+                   help="CPU: run large kernels' outer loops on all threads (default; --no-parallel: each kernel on "
+                        "one thread, which compiles about twice as fast the first time)")
     p.add_argument("--workers", type=int, default=2, metavar="N",
                    help="CPU: run up to N independent statements side by side (default 2; 1: strictly in order)")
     p.add_argument("--rtol", type=float, default=None,

@@ -438,7 +438,7 @@ class Session:
         return ab_ratio(a, b, feeds_for(a), reps=reps, warmup=warmup, threads=threads, cancel=cancel)
 
     def export(self, out_dir: str | os.PathLike, backend: str = "cpu", *,
-               inputs: Mapping[str, Any] | None = None, parallel: bool = False):
+               inputs: Mapping[str, Any] | None = None, parallel: bool = True):
         """Write the current graph as a standalone package (``dcstudio export``); returns the
         ``ExportResult``. Check it with ``python -m <package> --check`` in its parent folder."""
         from codegen.numpy_ref.feeds import feeds_for

@@ -187,7 +187,7 @@ def check_data(graph: Graph, inputs: Mapping[str, np.ndarray], oracle: Oracle) -
 
 
 def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np.ndarray], history: Sequence = (),
-                   version: str = "0", parallel: bool = False, rtol: float | None = None,
+                   version: str = "0", parallel: bool = True, rtol: float | None = None,
                    defaults: Sequence[str] | None = None, backend: Backend | str = "cpu",
                    oracle: Oracle | None = None, history_file: str | Path | None = None,
                    workers: int = 2) -> ExportResult:

@@ -25,8 +25,12 @@ Three strategies, picked per call from the shapes:
   kernel is wider than the output (a weight gradient: the "kernel" is the output gradient, the
   "output" the 3×3 filter).
 
-Every kernel is serial (``nogil``): the step's schedule runs independent statements side by
-side, BLAS takes the threads inside a GEMM, and numba's thread pool would compete with both.
+The copies (``im2col``, ``col2im``, the channels-last ones) and ``depthwise_taps`` run on numba's
+threads (``prange`` over channels, images or planes: each output element is written by one thread,
+and every sum runs in the same order on any number of threads); a statement the step's schedule runs
+beside another gets its share of the threads (``L.parallel`` sets numba's count per thread), BLAS
+takes them inside a GEMM, and ``L.set_threads`` makes idle BLAS workers sleep at once
+(``quiet_blas``) so they do not spin on the cores these loops need. The direct loop nests are serial.
 A forward conv's GEMMs sum in float64 when a choice depends on its result (``conv2d(wide=True)``: ReLU
 masks, max-pool argmaxes; the program decides, ``codegen/program/decisions.py``), else in float32; the
 backward's (ConvTranspose, the weight gradient) in float32, as onnxruntime's do.
@@ -36,7 +40,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit, prange
 
 SCRATCH = 1 << 21
 """Floats of im2col/col2im scratch per chunk of images (8 MB)."""
@@ -62,13 +66,13 @@ def _hi(size, pad, off, step, count):
     return min(count, d // step + 1)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def im2col(x, cols, n0, c0, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo):
     """cols[(c·kh + i)·kw + j, n, oh·wo + ow] = x[n0 + n, c0 + c, oh·sh + i·dh - ph, ow·sw + j·dw - pw]
     (0 outside the image)."""
     h, w = x.shape[2], x.shape[3]
     rows, nb = cols.shape[0], cols.shape[1]
-    for r in range(rows):
+    for r in prange(rows):
         c = r // (kh * kw)
         i = (r // kw) % kh
         j = r % kw
@@ -89,27 +93,27 @@ def im2col(x, cols, n0, c0, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo):
                     cols[r, n, base + ow] = 0.0
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def col2im(cols, y, n0, m0, mg, kh, kw, sh, sw, ph, pw, dh, dw, h, w):
     """y[n0 + n, m0 + m] = sum over (i, j, ih, iw) of cols[(m·kh + i)·kw + j, n, ih·w + iw] placed at
     (ih·sh + i·dh - ph, iw·sw + j·dw - pw); each plane is zeroed first."""
     ho, wo = y.shape[2], y.shape[3]
     nb = cols.shape[1]
-    for n in range(nb):
-        for m in range(mg):
-            plane = y[n0 + n, m0 + m]
-            plane[:, :] = 0.0
-            for i in range(kh):
-                for j in range(kw):
-                    r = (m * kh + i) * kw + j
-                    lo, hi = _lo(pw, j * dw, sw), _hi(wo, pw, j * dw, sw, w)
-                    for ih in range(h):
-                        oh = ih * sh + i * dh - ph
-                        if oh < 0 or oh >= ho:
-                            continue
-                        base = ih * w
-                        for iw in range(lo, hi):
-                            plane[oh, iw * sw + j * dw - pw] += cols[r, n, base + iw]
+    for q in prange(nb * mg):
+        n, m = q // mg, q % mg
+        plane = y[n0 + n, m0 + m]
+        plane[:, :] = 0.0
+        for i in range(kh):
+            for j in range(kw):
+                r = (m * kh + i) * kw + j
+                lo, hi = _lo(pw, j * dw, sw), _hi(wo, pw, j * dw, sw, w)
+                for ih in range(h):
+                    oh = ih * sh + i * dh - ph
+                    if oh < 0 or oh >= ho:
+                        continue
+                    base = ih * w
+                    for iw in range(lo, hi):
+                        plane[oh, iw * sw + j * dw - pw] += cols[r, n, base + iw]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -204,55 +208,81 @@ def direct_weight_grad(x, dy, dw, cg, mg, sh, sw, ph, pw, dh, dwl):
                     dw[m, c, i, j] = acc
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def channels_last(a, out):
     """out[n, p, c] = a[n, c, p]. The inner loop runs along p: the strided side then steps by C,
-    not by a power-of-two plane size, which would map every access to one cache set."""
+    not by a power-of-two plane size, which would map every access to one cache set. Threads take
+    (image, block of 16 channels) pairs: one 64-byte line of ``out`` per point each."""
     nn, cc, pp = a.shape
-    for n in range(nn):
-        for c in range(cc):
+    nb = (cc + 15) // 16
+    for q in prange(nn * nb):
+        n, c0 = q // nb, (q % nb) * 16
+        for c in range(c0, min(cc, c0 + 16)):
             for p in range(pp):
                 out[n, p, c] = a[n, c, p]
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def channels_first(a, out):
-    """out[n, c, p] = a[n, p, c] (inner loop along p, as in ``channels_last``)."""
+    """out[n, c, p] = a[n, p, c] (inner loop along p, as in ``channels_last``); threads take planes."""
     nn, pp, cc = a.shape
-    for n in range(nn):
-        for c in range(cc):
-            for p in range(pp):
-                out[n, c, p] = a[n, p, c]
+    for q in prange(nn * cc):
+        n, c = q // cc, q % cc
+        for p in range(pp):
+            out[n, c, p] = a[n, p, c]
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def depthwise_taps(at_out, at_in, at_tap, target, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+def depthwise_taps(at_out, at_in, at_tap, target, h, wi, ho, wo, sh, sw, ph, pw, dh, dw, threads):
     """A depthwise conv channels last, over every in-image tap (image n, output point o, kernel tap i, j
     reading input point p): ``at_out`` (N, Ho·Wo, C), ``at_in`` (N, H·W, C), ``at_tap`` (kh, kw, C). The
     ``target`` (0, 1, 2: at_out, at_in, at_tap) is zeroed, then gets the other two's product added at
     each tap: the conv (0), its input gradient (1) and its weight gradient (2, float32 sums in
-    image-then-point order, as ``direct_weight_grad``'s). The inner loop runs along the channels."""
+    image-then-point order, as ``direct_weight_grad``'s). Threads take blocks of channels (and, but
+    for the weight gradient, which sums over images, one image each), ``threads`` (numba's count for
+    the calling thread) or more pieces: every sum runs in the same order on any number of threads."""
     nn, cc = at_out.shape[0], at_out.shape[2]
+    slices = nn if target != 2 else 1
+    blocks = max(1, min(cc // 16, -(-threads // slices)))
+    width = -(-cc // blocks)
+    for q in prange(slices * blocks):
+        c0 = (q % blocks) * width
+        n0 = q // blocks if target != 2 else 0
+        _taps_slice(at_out, at_in, at_tap, target, n0, n0 + 1 if target != 2 else nn, c0, min(cc, c0 + width),
+                    h, wi, ho, wo, sh, sw, ph, pw, dh, dw)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _taps_slice(at_out, at_in, at_tap, target, n0, n1, c0, c1, h, wi, ho, wo, sh, sw, ph, pw, dh, dw):
+    """``depthwise_taps`` on images n0..n1 and channels c0..c1, serial: the inner loop runs along the
+    channels (a loop nest inside ``prange`` vectorized worse: 3.5x slower on one thread)."""
     kh, kw = at_tap.shape[0], at_tap.shape[1]
-    (at_out if target == 0 else at_in if target == 1 else at_tap)[:] = 0.0
-    for n in range(nn):
+    if target == 0:
+        at_out[n0:n1, :, c0:c1] = 0.0
+    elif target == 1:
+        at_in[n0:n1, :, c0:c1] = 0.0
+    else:
+        at_tap[:, :, c0:c1] = 0.0
+    for n in range(n0, n1):
         for oh in range(ho):
             ilo, ihi = _lo(ph, oh * sh, dh), _hi(h, ph, oh * sh, dh, kh)
             for ow in range(wo):
                 jlo, jhi = _lo(pw, ow * sw, dw), _hi(wi, pw, ow * sw, dw, kw)
-                o = at_out[n, oh * wo + ow]
+                o = at_out[n, oh * wo + ow, c0:c1]
                 for i in range(ilo, ihi):
                     for j in range(jlo, jhi):
-                        p, t = at_in[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw], at_tap[i, j]
+                        p = at_in[n, (oh * sh + i * dh - ph) * wi + ow * sw + j * dw - pw, c0:c1]
+                        t = at_tap[i, j, c0:c1]
                         if target == 0:
-                            for c in range(cc):
+                            for c in range(c1 - c0):
                                 o[c] += t[c] * p[c]
                         elif target == 1:
-                            for c in range(cc):
+                            for c in range(c1 - c0):
                                 p[c] += t[c] * o[c]
                         else:
-                            for c in range(cc):
+                            for c in range(c1 - c0):
                                 t[c] += o[c] * p[c]
+
 
 def _scratch(size: int, which: str = "buf", dtype=np.float32) -> np.ndarray:
     """A per-thread buffer of at least ``size`` elements (statements run side by side): ``buf`` holds
@@ -331,7 +361,7 @@ def conv2d(x, w, y, strides, pads, dilations, group, wide: bool = True) -> None:
     ho, wo = y.shape[2], y.shape[3]
     if depthwise_pays(group, cg, mg):
         yl = _scratch(n * ho * wo * m, "buf2").reshape(n, ho * wo, m)
-        depthwise_taps(yl, _last(x, "buf"), _taps(w), 0, h, wi, ho, wo, sh, sw, ph, pw, dh, dw)
+        depthwise_taps(yl, _last(x, "buf"), _taps(w), 0, h, wi, ho, wo, sh, sw, ph, pw, dh, dw, get_num_threads())
         _first(yl, y)
         return
     if not gemm_pays(cg, mg, kh * kw):
@@ -367,7 +397,7 @@ def conv_transpose2d(x, w, y, strides, pads, dilations, group) -> None:
     ho, wo = y.shape[2], y.shape[3]
     if depthwise_pays(group, cg, mg):
         dxl = _scratch(n * ho * wo * c, "buf2").reshape(n, ho * wo, c)
-        depthwise_taps(_last(x, "buf"), dxl, _taps(w), 1, ho, wo, h, wi, sh, sw, ph, pw, dh, dw)
+        depthwise_taps(_last(x, "buf"), dxl, _taps(w), 1, ho, wo, h, wi, sh, sw, ph, pw, dh, dw, get_num_threads())
         _first(dxl, y)
         return
     if not gemm_pays(cg, mg, kh * kw):
@@ -406,7 +436,7 @@ def conv_weight_grad2d(x, dy, dw, strides, pads, dilations, group) -> None:
     if depthwise_pays(group, cg, mg):
         acc = _scratch(kh * kw * m, "buf3").reshape(kh, kw, m)
         depthwise_taps(_last(dy, "buf2"), _last(x, "buf"), acc, 2, x.shape[2], x.shape[3], ho, wo,
-                       sh, sw, ph, pw, dh, dwl)
+                       sh, sw, ph, pw, dh, dwl, get_num_threads())
         dw[...] = acc.transpose(2, 0, 1)[:, None]
         return
     if not gemm_pays(cg, mg, kh * kw):

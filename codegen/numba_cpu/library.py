@@ -99,6 +99,7 @@ def set_threads(threads: int | None = None) -> dict:
     n = max(1, int(threads)) if threads else default_threads()
     _THREADS[0] = n
     numba_n = None
+    calm_threads(n)
     try:
         import numba
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
@@ -111,19 +112,118 @@ def set_threads(threads: int | None = None) -> dict:
     return {"threads": n, "numba": numba_n, "blas": blas_threads()}
 
 
+def calm_threads(threads: int | None = None) -> None:
+    """Idle workers stop spinning soon, so that numba's ``prange`` kernels and BLAS do not take each
+    other's cores: start numba's threading layer with a short OpenMP spin (``_short_omp_spin``; no
+    effect once it runs) and, for more than one thread (default: BLAS's count now), ``quiet_blas``."""
+    try:
+        import numba
+        with _short_omp_spin():
+            numba.get_num_threads()          # starts the threading layer: GNU OpenMP reads its settings
+    except ImportError:
+        pass
+    if (threads or blas_threads() or 1) > 1:
+        quiet_blas()
+
+
+OMP_SPIN = 2000
+"""Spin-wait iterations of an idle OpenMP worker (numba's ``omp`` threading layer) before it sleeps.
+GNU OpenMP's default, 300000, kept numba's workers spinning for milliseconds after each ``prange``
+kernel, on the cores the GEMM after it needed: measured here on the BERT-base layer step, 2 threads,
+``prange`` kernels took it from 251 to 322 ms with the default and to 241 ms with 1000; 0 (sleep at
+once) cost EfficientNet-B0's step, with its thousand short kernels, 105 → 148 ms."""
+
+
+class _short_omp_spin:
+    """While numba starts its threading layer (the first ``set_num_threads``), ``$GOMP_SPINCOUNT`` is
+    ``OMP_SPIN`` unless the user set it or ``$OMP_WAIT_POLICY``: GNU OpenMP reads it when it loads,
+    so it must be set before; it is removed again, for the programs this process starts."""
+
+    def __enter__(self):
+        self.set = False
+        try:
+            from numba.np.ufunc import parallel
+            started = bool(getattr(parallel, "_is_initialized", False))
+        except ImportError:
+            started = True
+        if not started and "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+            os.environ["GOMP_SPINCOUNT"] = str(OMP_SPIN)
+            self.set = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.set:
+            os.environ.pop("GOMP_SPINCOUNT", None)
+        return False
+
+
+BLAS_IDLE_TIMEOUT = 4
+"""log2 of the CPU cycles an idle OpenBLAS worker spins before it sleeps (OpenBLAS's own default is 28,
+about 0.1 s here; 4 is its minimum). Spinning workers take the cores a parallel kernel right after a
+GEMM needs: measured here, a 2-thread ``prange`` kernel after a 512² sgemm took 6.5 ms with the
+default and 2.6 ms with this, against 5.1 ms on one thread."""
+_QUIET = [None]
+
+
+def quiet_blas() -> bool | None:
+    """Make NumPy's OpenBLAS put idle workers to sleep at once, unless ``$OPENBLAS_THREAD_TIMEOUT``
+    says otherwise. OpenBLAS reads the setting when it starts its workers, so this sets it, has
+    OpenBLAS read its environment again and stops the workers (``blas_thread_shutdown_``, what it
+    does itself around ``fork``); the next multi-threaded call starts them with the new timeout.
+    Once per process, from ``set_threads`` (no BLAS call may run meanwhile). True when done, False
+    where it is not OpenBLAS or already set, None when it could not be done (the old timeout stays)."""
+    if _QUIET[0] is not None:
+        return _QUIET[0]
+    _QUIET[0] = False
+    blas = _blas_controller()
+    libs = [lib for lib in blas.lib_controllers if lib.internal_api == "openblas"] if blas is not None else []
+    if not libs or "OPENBLAS_THREAD_TIMEOUT" in os.environ:
+        return False
+    try:
+        import ctypes
+        so = ctypes.CDLL(libs[0].filepath)
+        current, read_env, shutdown = so.openblas_thread_timeout, so.openblas_read_env, so.blas_thread_shutdown_
+    except (OSError, AttributeError):
+        _QUIET[0] = None
+        return None
+    if 0 < current() <= BLAS_IDLE_TIMEOUT:
+        return False
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(BLAS_IDLE_TIMEOUT)
+    try:
+        read_env()
+    finally:
+        del os.environ["OPENBLAS_THREAD_TIMEOUT"]
+    shutdown()
+    _QUIET[0] = current() == BLAS_IDLE_TIMEOUT or None
+    return _QUIET[0]
+
+
 def parallel(*tasks) -> None:
     """Run ``tasks`` (closures that call kernels and BLAS into preallocated buffers) side by side:
     the first on this thread, the others on a small pool (numba kernels and BLAS release the GIL).
     Meanwhile each BLAS call gets ``threads // len(tasks)`` threads, so the total stays within the
     threads ``set_threads`` chose; they are restored once every task has ended. The first
     exception is raised after all tasks have ended (none is left writing into the step's
-    buffers). One step at a time in this process: a second caller waits (``_STEP``)."""
-    if _THREADS[0] <= 1 or len(tasks) == 1:          # one thread: in order, as the sequential step
+    buffers). One step at a time in this process: a second caller waits (``_STEP``). Under numba's
+    ``workqueue`` threading layer (where GNU OpenMP and TBB are missing), which aborts the process
+    when two threads launch ``prange`` loops at once, the tasks run in order."""
+    if _THREADS[0] <= 1 or len(tasks) == 1 or not _concurrent_prange():   # in order, as the sequential step
         for task in tasks:
             task()
         return
     with _STEP:
         _parallel(tasks)
+
+
+def _concurrent_prange() -> bool:
+    """Whether two threads may run numba ``prange`` loops at once (not under ``workqueue``)."""
+    try:
+        import numba
+        return numba.threading_layer() != "workqueue"
+    except ImportError:
+        return True
+    except ValueError:               # not started yet: set_threads starts it, so this is rare
+        return False
 
 
 def _parallel(tasks) -> None:
@@ -136,9 +236,16 @@ def _parallel(tasks) -> None:
     total = max((lib.num_threads for lib in libs), default=1)
     share = max(1, total // len(tasks))
     trace = TRACE
+    try:
+        from numba import config, set_num_threads as numba_threads
+        numba_all = min(_THREADS[0], config.NUMBA_NUM_THREADS)
+    except ImportError:
+        numba_threads = numba_all = None
 
     def run(k, task):
         t0 = time.perf_counter()
+        if numba_threads is not None:    # thread-local: a prange kernel in a task uses its share only
+            numba_threads(max(1, numba_all // len(tasks)))
         task()
         if trace is not None:
             trace.append((k, t0, time.perf_counter()))
@@ -154,6 +261,8 @@ def _parallel(tasks) -> None:
         error = e
     finally:
         wait(futures)
+        if numba_threads is not None:
+            numba_threads(numba_all)
         if share != total:
             for lib in libs:
                 lib.set_num_threads(total)

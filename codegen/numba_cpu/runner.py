@@ -11,9 +11,10 @@ reference executor's kernels, so every graph the reference runs, this runs.
 ``run(graph, feeds)`` is the one-shot form, with the same signature as the reference
 executor's ``codegen.numpy_ref.executor.run``. ``threads`` pins numba and BLAS for the
 whole process (default: leave them as they are, and report them in ``threads``); kernels
-use ``prange`` only with ``parallel=True``: on this 2-vCPU VM parallel kernels ran at half
-the single-thread bandwidth (numba's OpenMP pool and OpenBLAS's spinning threads compete),
-while BLAS alone scales, so the default is BLAS on ``threads`` threads, kernels on one.
+use ``prange`` (large ones: ``loopnest.PARALLEL_MIN_ITERS``) unless ``parallel=False``, as the
+exported package's do. Idle OpenMP and OpenBLAS workers spin for milliseconds by default and then
+take the cores a kernel or GEMM after them needs (parallel kernels ran at half the single-thread
+bandwidth here); ``library.calm_threads`` makes them sleep soon.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from codegen.numba_cpu import kernel_cache
 from codegen.numba_cpu import threads as thread_control
+from codegen.numba_cpu.library import calm_threads
 from codegen.numba_cpu.backend import program as cpu_program
 from codegen.program.module import module_text
 from codegen.program.namespace import literal
@@ -86,8 +88,10 @@ def _import(path, name: str):
 class CompiledGraph:
     """A graph compiled for the CPU backend (see the module docstring)."""
 
-    def __init__(self, graph: Graph, *, threads: int | None = None, parallel: bool = False,
+    def __init__(self, graph: Graph, *, threads: int | None = None, parallel: bool = True,
                  fast: bool = True, lowered: bool = False, extra: Callable[[Program], str] | None = None) -> None:
+        if parallel and not threads:
+            calm_threads()
         self.threads = thread_control.pin(threads) if threads else thread_control.current()
         self.program: Program = cpu_program(graph, parallel=parallel, fast=fast, lowered=lowered)
         for ks in self.program.kernels.values():

@@ -5,13 +5,15 @@ threadpoolctl). ``current()`` reports what is in effect, for every timing and be
 ``default_threads()`` is ``$DCSTUDIO_THREADS`` or the physical cores of this process's affinity
 mask (``library.physical_cores``: the exported package uses the same rule). Worker processes
 are pinned through the environment instead (``environment``), which also covers OpenMP and MKL
-before they start.
+before they start, and makes idle OpenMP and OpenBLAS workers sleep soon (``library.calm_threads``).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from codegen.numba_cpu.library import blas_threads, default_threads, physical_cores, set_threads
+from codegen.numba_cpu.library import (BLAS_IDLE_TIMEOUT, OMP_SPIN, blas_threads, default_threads, physical_cores,
+                                       set_threads)
 
 __all__ = ["ThreadInfo", "blas_threads", "current", "default_threads", "environment", "numba_threads",
            "physical_cores", "pin"]
@@ -51,5 +53,9 @@ def pin(threads: int) -> ThreadInfo:
 def environment(threads: int) -> dict[str, str]:
     """Environment variables that pin a fresh process to ``threads`` threads."""
     n = str(max(1, int(threads)))
-    return {"NUMBA_NUM_THREADS": n, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
-            "DCSTUDIO_THREADS": n}
+    env = {"NUMBA_NUM_THREADS": n, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+           "DCSTUDIO_THREADS": n}
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        env["GOMP_SPINCOUNT"] = str(OMP_SPIN)            # idle workers sleep soon (library.calm_threads)
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", os.environ.get("OPENBLAS_THREAD_TIMEOUT", str(BLAS_IDLE_TIMEOUT)))
+    return env

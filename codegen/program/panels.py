@@ -23,7 +23,9 @@ The cache model (the one "bytes as exported" counts with, ``codegen.program.traf
   at ``p + q`` (as unsigned integers: numba's negative-index wraparound on a signed sum stops
   LLVM vectorizing, 4× slower measured here) where it was indexed at ``p`` and passed whole (its
   C layout kept), the product panel at ``p``. Both bounds of ``q`` are extent arguments, so one
-  kernel serves every panel.
+  kernel serves every panel. It runs on one thread (its outer loop is ``q``, one iteration), also
+  where the whole epilogue would have run ``prange``: measured on the BERT-base layer step at 2
+  threads, 241.7 ms panelled against 238.3 ms whole, within the noise, and the bytes stay as counted.
 
 Measured here (1 thread, BERT-base layer step): the panelled statements within ±1 % of the
 unpanelled ones; 1 MiB panels (12 per MLP GEMM) cost OpenBLAS 4–10 % per GEMM in repacking.
@@ -182,7 +184,7 @@ def lines(prog: "Program", node: OpNode, base: OpNode, call: str, epi: MapNode, 
     On success ``prog.temps[temp]`` becomes one panel."""
     acc = prog.temps[temp]
     plan = choose(prog, node, base, acc)
-    if plan is None or ks.parallel:
+    if plan is None:
         return None
     operands = [m.container for m in node.inputs[:fused_ops.slots(node)] if m is not None]
     if set(operands) & set(ks.arrays) or any(prog.is_bits(c) for c in operands):

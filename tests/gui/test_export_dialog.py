@@ -47,7 +47,7 @@ def listing(folder: Path) -> list[str]:
 def fake_export(entered: threading.Event | None = None, go: threading.Event | None = None):
     """A stand-in for ``Session.export`` that leaves the exporter's temp folder while it waits,
     then writes a complete package."""
-    def export(out_dir, backend="cpu", *, inputs=None, parallel=False):
+    def export(out_dir, backend="cpu", *, inputs=None, parallel=True):
         out = Path(out_dir)
         tmp = out.with_name(f".{out.name}.tmp-export")
         tmp.mkdir()

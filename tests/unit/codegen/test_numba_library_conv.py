@@ -241,3 +241,39 @@ def test_the_forward_conv_rounds_its_float64_sum_once():
     out = np.empty(truth.shape, np.float32)
     L.conv(ref_conv, (x, w), attrs, CTX, out=out)
     assert (np.abs(out - truth) <= np.spacing(np.abs(truth))).all()
+
+
+@pytest.mark.parametrize("name", ["depthwise 3x3, channels last", "depthwise 5x5/2 dilated, channels last",
+                                  "3x3/2 odd size", "dx of 3x3 same"])
+def test_the_copies_and_depthwise_loops_give_the_same_bits_on_any_number_of_threads(name):
+    """``im2col``, ``col2im``, the channels-last copies and ``depthwise_taps`` run ``prange`` over channels,
+    images or planes; every element is summed in the same order however many threads share the loop
+    (the weight gradient splits channels only: it sums over images)."""
+    numba = pytest.importorskip("numba")
+    transpose = name.startswith("dx of")
+    sx, sw, attrs = (CONV_TRANSPOSES if transpose else CONVS)[name]
+    x, w, _ = _arrays(sx, sw, 0)
+    if transpose:
+        shape = ref_conv_transpose([x, w], attrs, CTX)[0].shape
+        calls = {"dx": lambda out: L.conv_transpose(ref_conv_transpose, (x, w), attrs, CTX, out=out)}
+    else:
+        shape = ref_conv([x, w], attrs, CTX)[0].shape
+        dy = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+        full = {**attrs, "kernel_shape": list(sw[2:])}
+        calls = {"y": lambda out: L.conv(ref_conv, (x, w), attrs, CTX, out=out, exact=False),
+                 "dw": lambda out: L.conv_weight_grad(ref_weight_grad, (x, dy), full, CTX, out=out)}
+    before = numba.get_num_threads()
+    results = {}
+    try:
+        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS), numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(threads)
+            for what, call in calls.items():
+                out = np.full(sw if what == "dw" else shape, np.nan, np.float32)
+                call(out)
+                results.setdefault(what, []).append((threads, out))
+    finally:
+        numba.set_num_threads(before)
+    for what, runs in results.items():
+        assert not np.isnan(runs[0][1]).any(), what
+        for threads, out in runs[1:]:
+            assert np.array_equal(out, runs[0][1]), f"{what}: {threads} threads differ from 1"
