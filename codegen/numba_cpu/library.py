@@ -102,28 +102,47 @@ def set_threads(threads: int | None = None) -> dict:
     calm_threads(n)
     try:
         import numba
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(1 if SPINNING[0] else min(n, numba.config.NUMBA_NUM_THREADS))
         numba_n = numba.get_num_threads()
     except ImportError:
         pass
     blas = _blas_controller()
     for lib in blas.lib_controllers if blas is not None else ():
         lib.set_num_threads(n)
+    if SPINNING[0] and n > 1 and not _WARNED:
+        _WARNED.append(True)
+        import warnings
+        warnings.warn(f"dcstudio: kernels run on one thread (BLAS on {n}): the OpenMP runtime {SPINNING[0]} was "
+                      "loaded before numba started, and its idle workers spin for milliseconds on the cores BLAS "
+                      f"needs. Set GOMP_SPINCOUNT={OMP_SPIN} before importing it (torch, for one) to run them on "
+                      f"all {n}.", RuntimeWarning, stacklevel=2)
     return {"threads": n, "numba": numba_n, "blas": blas_threads()}
+
+
+SPINNING = [None]
+"""The OpenMP runtime numba may have bound to that was loaded, with spin settings of its own, before
+numba's threading layer started (``_short_omp_spin``); then ``set_threads`` keeps numba at one thread."""
+_WARNED: list = []
 
 
 def calm_threads(threads: int | None = None) -> None:
     """Idle workers stop spinning soon, so that numba's ``prange`` kernels and BLAS do not take each
     other's cores: start numba's threading layer with a short OpenMP spin (``_short_omp_spin``; no
     effect once it runs) and, for more than one thread (default: BLAS's count now), ``quiet_blas``."""
-    try:
-        import numba
-        with _short_omp_spin():
-            numba.get_num_threads()          # starts the threading layer: GNU OpenMP reads its settings
-    except ImportError:
-        pass
+    start_numba()
     if (threads or blas_threads() or 1) > 1:
         quiet_blas()
+
+
+def start_numba() -> int | None:
+    """Start numba's threading layer (what its first ``get_num_threads`` or ``prange`` does) with a short
+    OpenMP spin; returns its thread count for this thread (None without numba)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    with _short_omp_spin():
+        return numba.get_num_threads()          # GNU OpenMP reads its settings as it loads
 
 
 OMP_SPIN = 2000
@@ -147,6 +166,7 @@ class _short_omp_spin:
         except ImportError:
             started = True
         if not started and "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+            SPINNING[0] = _loaded_openmp()
             os.environ["GOMP_SPINCOUNT"] = str(OMP_SPIN)
             self.set = True
         return self
@@ -155,6 +175,17 @@ class _short_omp_spin:
         if self.set:
             os.environ.pop("GOMP_SPINCOUNT", None)
         return False
+
+
+def _loaded_openmp() -> str | None:
+    """The file of an OpenMP runtime already loaded in this process (torch loads its own GNU OpenMP
+    globally, and numba's ``prange`` loops then run on it, with the spin it read when it loaded)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+        libs = ThreadpoolController().select(user_api="openmp").lib_controllers
+    except ImportError:
+        return None
+    return os.path.basename(libs[0].filepath) if libs else None
 
 
 BLAS_IDLE_TIMEOUT = 4
@@ -238,7 +269,7 @@ def _parallel(tasks) -> None:
     trace = TRACE
     try:
         from numba import config, set_num_threads as numba_threads
-        numba_all = min(_THREADS[0], config.NUMBA_NUM_THREADS)
+        numba_all = 1 if SPINNING[0] else min(_THREADS[0], config.NUMBA_NUM_THREADS)
     except ImportError:
         numba_threads = numba_all = None
 

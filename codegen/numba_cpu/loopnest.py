@@ -289,6 +289,7 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
         schedules.emit(nest, m, par)
     except UnsupportedExpr as e:
         raise UnsupportedMap(str(e)) from None
+    par = par and any("prange(" in line for line in nest.w.lines)   # a schedule may loop it inner or not at all
     forms = bool(nest.helpers & set(FORMS))
     if forms:                                     # fastmath forms: the opaque zero (see ZERO)
         nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")

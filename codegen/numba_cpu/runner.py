@@ -90,7 +90,7 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, *, threads: int | None = None, parallel: bool = True,
                  fast: bool = True, lowered: bool = False, extra: Callable[[Program], str] | None = None) -> None:
-        if parallel and not threads:
+        if not threads:
             calm_threads()
         self.threads = thread_control.pin(threads) if threads else thread_control.current()
         self.program: Program = cpu_program(graph, parallel=parallel, fast=fast, lowered=lowered)

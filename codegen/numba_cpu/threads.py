@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from codegen.numba_cpu.library import (BLAS_IDLE_TIMEOUT, OMP_SPIN, blas_threads, default_threads, physical_cores,
-                                       set_threads)
+                                       set_threads, start_numba)
 
 __all__ = ["ThreadInfo", "blas_threads", "current", "default_threads", "environment", "numba_threads",
            "physical_cores", "pin"]
@@ -33,11 +33,9 @@ class ThreadInfo:
 
 
 def numba_threads() -> int | None:
-    try:
-        import numba
-    except ImportError:
-        return None
-    return int(numba.get_num_threads())
+    """numba's thread count for this thread; starts its threading layer as ``set_threads`` would."""
+    n = start_numba()
+    return None if n is None else int(n)
 
 
 def current() -> ThreadInfo:

@@ -44,3 +44,58 @@ def interleaved_medians(runs: Mapping[str, Callable[[], object]], reps: int, blo
                 fn()
                 times[name].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+_CHILD = r"""
+import sys, warnings
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+pkg = __import__(sys.argv[2])
+with np.load(sys.argv[3]) as f:
+    feeds = {k: f[k] for k in f.files}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model = pkg.Model(recycle_outputs=True, threads=int(sys.argv[4]))
+info = model.threads or {}
+print(f"ready numba {info.get('numba')} blas {info.get('blas')}" + "".join(f"; {w.message}" for w in caught), flush=True)
+for line in sys.stdin:
+    model.step(**feeds)
+    print("done", flush=True)
+"""
+
+
+class PackageStep:
+    """An exported package's step in a process of its own, as a training loop that imports only the package
+    runs it: ``step()`` asks the process for one step and waits for it (a pipe round trip, ~0.1 ms, counted).
+    In the benchmark's process torch has loaded its own GNU OpenMP before numba starts, and numba's
+    ``prange`` loops would run on it with its default spin (``library.SPINNING``: one thread then)."""
+
+    def __init__(self, package_dir: str | Path, feeds: Mapping[str, np.ndarray], n_threads: int, scratch: Path):
+        import subprocess
+        import sys
+        package_dir = Path(package_dir)
+        scratch.mkdir(parents=True, exist_ok=True)
+        inputs = scratch / f"{package_dir.name}_feeds.npz"
+        np.savez(inputs, **feeds)
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(package_dir.parent), package_dir.name,
+                                      str(inputs), str(n_threads)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1)
+        self.info = self._reply("ready")
+        self()                                   # the first step faults its buffers in
+
+    def _reply(self, want: str) -> str:
+        line = self.proc.stdout.readline()
+        if not line.startswith(want):
+            self.close()
+            raise RuntimeError(f"package step process: expected {want!r}, got {line!r} (exit {self.proc.poll()})")
+        return line[len(want):].strip()
+
+    def __call__(self) -> None:
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        self._reply("done")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
