@@ -28,7 +28,7 @@ from transforms.registry import create  # noqa: E402
 STDLIB_OK = {"argparse", "os", "sys", "time", "math", "importlib", "__future__", "typing", "dataclasses",
              "itertools", "functools", "collections", "operator", "cmath", "numpy", "numba", "ml_dtypes",
              "threadpoolctl", "concurrent", "threading", "platform", "llvmlite",
-             "ctypes"}   # threadpoolctl optional: sets BLAS threads when installed (_lib.set_threads); ctypes: quiet_blas
+             "ctypes", "warnings"}   # threadpoolctl optional (_lib.set_threads); ctypes: quiet_blas; warnings: SPINNING
 
 
 # --- namespace -------------------------------------------------------------------------------
