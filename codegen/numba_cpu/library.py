@@ -102,7 +102,7 @@ def set_threads(threads: int | None = None) -> dict:
     calm_threads(n)
     try:
         import numba
-        numba.set_num_threads(1 if SPINNING[0] else min(n, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(_numba_count(n))
         numba_n = numba.get_num_threads()
     except ImportError:
         pass
@@ -125,12 +125,18 @@ numba's threading layer started (``_short_omp_spin``); then ``set_threads`` keep
 _WARNED: list = []
 
 
-def calm_threads(threads: int | None = None) -> None:
+def _numba_count(n: int) -> int:
+    """numba's threads for ``n`` in all: one while ``SPINNING``, at most ``NUMBA_NUM_THREADS``."""
+    from numba import config
+    return 1 if SPINNING[0] else min(n, config.NUMBA_NUM_THREADS)
+
+
+def calm_threads(threads: int) -> None:
     """Idle workers stop spinning soon, so that numba's ``prange`` kernels and BLAS do not take each
     other's cores: start numba's threading layer with a short OpenMP spin (``_short_omp_spin``; no
-    effect once it runs) and, for more than one thread (default: BLAS's count now), ``quiet_blas``."""
+    effect once it runs) and, for more than one thread, ``quiet_blas``."""
     start_numba()
-    if (threads or blas_threads() or 1) > 1:
+    if threads > 1:
         quiet_blas()
 
 
@@ -154,7 +160,7 @@ once) cost EfficientNet-B0's step, with its thousand short kernels, 105 → 148 
 
 
 class _short_omp_spin:
-    """While numba starts its threading layer (the first ``set_num_threads``), ``$GOMP_SPINCOUNT`` is
+    """While numba starts its threading layer (``start_numba``), ``$GOMP_SPINCOUNT`` is
     ``OMP_SPIN`` unless the user set it or ``$OMP_WAIT_POLICY``: GNU OpenMP reads it when it loads,
     so it must be set before; it is removed again, for the programs this process starts."""
 
@@ -268,8 +274,8 @@ def _parallel(tasks) -> None:
     share = max(1, total // len(tasks))
     trace = TRACE
     try:
-        from numba import config, set_num_threads as numba_threads
-        numba_all = 1 if SPINNING[0] else min(_THREADS[0], config.NUMBA_NUM_THREADS)
+        from numba import set_num_threads as numba_threads
+        numba_all = _numba_count(_THREADS[0])
     except ImportError:
         numba_threads = numba_all = None
 

@@ -14,7 +14,9 @@ whole process (default: leave them as they are, and report them in ``threads``);
 use ``prange`` (large ones: ``loopnest.PARALLEL_MIN_ITERS``) unless ``parallel=False``, as the
 exported package's do. Idle OpenMP and OpenBLAS workers spin for milliseconds by default and then
 take the cores a kernel or GEMM after them needs (parallel kernels ran at half the single-thread
-bandwidth here); ``library.calm_threads`` (through ``threads=``) makes them sleep soon.
+bandwidth here); ``library.calm_threads`` (through ``threads=``) makes them sleep soon; without
+``threads=``, ``threads.current()`` starts numba with the short OpenMP spin only (stopping OpenBLAS's
+workers could meet another thread's GEMM).
 """
 from __future__ import annotations
 
@@ -27,7 +29,6 @@ import numpy as np
 
 from codegen.numba_cpu import kernel_cache
 from codegen.numba_cpu import threads as thread_control
-from codegen.numba_cpu.library import start_numba
 from codegen.numba_cpu.backend import program as cpu_program
 from codegen.program.module import module_text
 from codegen.program.namespace import literal
@@ -90,8 +91,6 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, *, threads: int | None = None, parallel: bool = True,
                  fast: bool = True, lowered: bool = False, extra: Callable[[Program], str] | None = None) -> None:
-        if not threads:          # the OpenMP spin only: stopping BLAS workers could meet another thread's GEMM
-            start_numba()
         self.threads = thread_control.pin(threads) if threads else thread_control.current()
         self.program: Program = cpu_program(graph, parallel=parallel, fast=fast, lowered=lowered)
         for ks in self.program.kernels.values():

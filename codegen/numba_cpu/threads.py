@@ -55,5 +55,5 @@ def environment(threads: int) -> dict[str, str]:
            "DCSTUDIO_THREADS": n}
     if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
         env["GOMP_SPINCOUNT"] = str(OMP_SPIN)            # idle workers sleep soon (library.calm_threads)
-    env.setdefault("OPENBLAS_THREAD_TIMEOUT", os.environ.get("OPENBLAS_THREAD_TIMEOUT", str(BLAS_IDLE_TIMEOUT)))
+    env["OPENBLAS_THREAD_TIMEOUT"] = os.environ.get("OPENBLAS_THREAD_TIMEOUT", str(BLAS_IDLE_TIMEOUT))
     return env
