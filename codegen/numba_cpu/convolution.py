@@ -306,6 +306,13 @@ def _chunk(n: int, per_image: int) -> int:
     return max(1, min(n, SCRATCH // max(per_image, 1)))
 
 
+def _pointwise(kh, kw, sh, sw, ph, pw, ho, wo, h, w) -> bool:
+    """A 1×1 conv of stride 1 without padding: its im2col columns are the input's planes (a NumPy
+    transpose copies them several times faster than ``im2col``'s general loops on 1×1 to 8×8 planes,
+    measured here: 0.09 against 0.35 ms for 8 images of 1,152 2×2 planes)."""
+    return kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (ho, wo) == (h, w)
+
+
 def gemm_pays(cg: int, mg: int, k: int) -> bool:
     """Whether a group's contraction is big enough for BLAS (else the direct loop nest)."""
     return mg >= 4 and cg * k >= 8
@@ -369,17 +376,28 @@ def conv2d(x, w, y, strides, pads, dilations, group, wide: bool = True) -> None:
         return
     hw, kk = ho * wo, cg * kh * kw
     acc = np.float64 if wide else np.float32
-    point = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (ho, wo) == (h, wi) and not wide
+    point = _pointwise(kh, kw, sh, sw, ph, pw, ho, wo, h, wi)
     for g in range(group):
         wg = w[g * mg:(g + 1) * mg].reshape(mg, kk).astype(acc, copy=False)
-        if point and hw >= 256:
-            np.matmul(wg, x[:, g * cg:(g + 1) * cg].reshape(n, cg, hw), out=_as(y[:, g * mg:(g + 1) * mg], (n, mg, hw)))
+        xg = x[:, g * cg:(g + 1) * cg]
+        if point and hw == 1:               # (N, C) times Wᵀ: one GEMM, no copy (squeeze-and-excitation)
+            yg = _as(y[:, g * mg:(g + 1) * mg], (n, mg))
+            if wide:
+                np.copyto(yg, xg.reshape(n, cg).astype(acc) @ wg.T, casting="same_kind")
+            else:
+                np.matmul(xg.reshape(n, cg), wg.T, out=yg)
+            continue
+        if point and hw >= 256 and not wide:
+            np.matmul(wg, xg.reshape(n, cg, hw), out=_as(y[:, g * mg:(g + 1) * mg], (n, mg, hw)))
             continue
         nb = _chunk(n, kk * hw)
         for n0 in range(0, n, nb):
             b = min(nb, n - n0)
             cols = _scratch(kk * b * hw, dtype=acc).reshape(kk, b, hw)
-            im2col(x, cols, n0, g * cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo)
+            if point:                       # the columns are the images' planes, channels first
+                np.copyto(cols, xg[n0:n0 + b].reshape(b, cg, hw).transpose(1, 0, 2), casting="same_kind")
+            else:
+                im2col(x, cols, n0, g * cg, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo)
             if b == 1 and not wide:
                 np.matmul(wg, cols.reshape(kk, hw), out=_as(y[n0, g * mg:(g + 1) * mg], (mg, hw)))
                 continue
@@ -404,10 +422,13 @@ def conv_transpose2d(x, w, y, strides, pads, dilations, group) -> None:
         direct_conv_transpose(x, w, y, cg, mg, sh, sw, ph, pw, dh, dw)
         return
     hw, kk = h * wi, mg * kh * kw
-    point = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (ho, wo) == (h, wi)
+    point = _pointwise(kh, kw, sh, sw, ph, pw, ho, wo, h, wi)
     for g in range(group):
         wt = w[g * cg:(g + 1) * cg].reshape(cg, kk).T
         xg = x[:, g * cg:(g + 1) * cg].reshape(n, cg, hw)
+        if point and hw == 1:
+            np.matmul(xg.reshape(n, cg), wt.T, out=_as(y[:, g * mg:(g + 1) * mg], (n, mg)))
+            continue
         if point and hw >= 256:
             np.matmul(wt, xg, out=_as(y[:, g * mg:(g + 1) * mg], (n, mg, hw)))
             continue
@@ -421,7 +442,10 @@ def conv_transpose2d(x, w, y, strides, pads, dilations, group) -> None:
                 xs = _scratch(cg * b * hw, "buf2").reshape(cg, b, hw)
                 np.copyto(xs, xg[n0:n0 + b].transpose(1, 0, 2))
                 np.matmul(wt, xs.reshape(cg, b * hw), out=_as(cols, (kk, b * hw)))
-            col2im(cols, y, n0, g * mg, mg, kh, kw, sh, sw, ph, pw, dh, dw, h, wi)
+            if point:
+                np.copyto(_as(y[n0:n0 + b, g * mg:(g + 1) * mg], (b, mg, hw)), cols.transpose(1, 0, 2))
+            else:
+                col2im(cols, y, n0, g * mg, mg, kh, kw, sh, sw, ph, pw, dh, dw, h, wi)
 
 
 def conv_weight_grad2d(x, dy, dw, strides, pads, dilations, group) -> None:
@@ -444,12 +468,19 @@ def conv_weight_grad2d(x, dy, dw, strides, pads, dilations, group) -> None:
         return
     hw, kk = ho * wo, cg * kh * kw
     nb = _chunk(n, max(kk, mg) * hw)
+    point = _pointwise(kh, kw, sh, sw, ph, pw, ho, wo, x.shape[2], x.shape[3])
     for g in range(group):
         dwg = _as(dw[g * mg:(g + 1) * mg], (mg, kk))
+        if point and hw == 1:               # dYᵀ (Mg, N) times X (N, Cg): one GEMM, no copy
+            np.matmul(dy[:, g * mg:(g + 1) * mg].reshape(n, mg).T, x[:, g * cg:(g + 1) * cg].reshape(n, cg), out=dwg)
+            continue
         for n0 in range(0, n, nb):
             b = min(nb, n - n0)
             cols = _scratch(kk * b * hw).reshape(kk, b, hw)
-            im2col(x, cols, n0, g * cg, kh, kw, sh, sw, ph, pw, dh, dwl, ho, wo)
+            if point:
+                np.copyto(cols, x[n0:n0 + b, g * cg:(g + 1) * cg].reshape(b, cg, hw).transpose(1, 0, 2))
+            else:
+                im2col(x, cols, n0, g * cg, kh, kw, sh, sw, ph, pw, dh, dwl, ho, wo)
             dyg = _scratch(mg * b * hw, "buf2").reshape(mg, b, hw)
             np.copyto(dyg, dy[n0:n0 + b, g * mg:(g + 1) * mg].reshape(b, mg, hw).transpose(1, 0, 2))
             target = dwg if n0 == 0 else _scratch(mg * kk, "buf3").reshape(mg, kk)

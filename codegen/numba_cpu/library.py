@@ -1,27 +1,20 @@
 """Library calls of the CPU backend: contractions on BLAS, allocation, the reference fallback.
 
-This module imports only NumPy (numba and threadpoolctl lazily, when there): an exported
-package carries a verbatim copy of it (``_lib.py``), so it must not import anything from dcstudio.
+This module imports only NumPy (numba and threadpoolctl lazily, when there): an exported package carries
+a verbatim copy of it (``_lib.py``), so it must not import anything from dcstudio.
 
-- ``set_threads(n)``: numba's and BLAS's thread counts for the whole process; ``n=None`` is
-  ``$DCSTUDIO_THREADS`` or the physical cores of this process's affinity mask (``physical_cores``:
-  ``os.sched_getaffinity`` grouped by the cores sysfs names), so a package started under
+- ``set_threads(n)``: numba's and BLAS's thread counts for the process; ``n=None`` is ``$DCSTUDIO_THREADS``
+  or the physical cores of this process's affinity mask (``physical_cores``), so a package started under
   ``taskset`` or a container's CPU set uses the cores it was given, not the machine's;
-- ``matmul``, ``gemm``, ``fused_matmul``: ONNX MatMul / Gemm / com.microsoft
-  FusedMatMul as one ``np.matmul`` (OpenBLAS sgemm) each — stacked activations times a
-  weight matrix as one GEMM over the merged rows (``_product``) — with alpha and the bias
-  applied in place, in the operands' dtype (fp16 accumulates in float32, like the
-  reference). The ``blocked`` implementation choice is a reference-executor variant;
-  here every contraction is one BLAS call.
-- ``panels(n, w)``: the starts of a fused contraction's panels (``codegen.program.panels``: the
-  product computed ``w`` rows or columns at a time, each panel's epilogue run while it is in cache);
-- ``alloc``: a kernel's output buffer (``empty``, ``zeros``, or ``full`` of a given fill: a wcr's identity);
-  ``view``: the same carved from a planned, reused buffer (``buffers``): no page faults
-  after the first step, which on this VM cost more than the kernels that fill the pages.
-- ``widen_bf16``: a bfloat16 tensor (NumPy has no bfloat16: stored as uint16 bits) as
-  float32, for contractions (mixed precision computes in float32);
-- ``reference``: call a reference kernel ``fn(inputs, attrs, ctx)`` for an op that has no
-  kernel of its own (pooling, convolution, losses, gathers, …).
+- ``matmul``, ``gemm``, ``fused_matmul``, ``einsum``: one ``np.matmul`` (OpenBLAS sgemm) each, stacked
+  activations times a weight matrix as one GEMM over the merged rows (``_product``), alpha and bias in
+  place, in the operands' dtype (fp16 accumulates in float32, like the reference);
+- ``panels(n, w)``: the starts of a fused contraction's panels (``codegen.program.panels``);
+- ``conv``, ``conv_transpose``, ``conv_weight_grad``, ``max_pool``: ``convolution.py``/``pooling.py``;
+- ``alloc``: a kernel's output buffer (``empty``, ``zeros`` or ``full`` of a wcr's identity); ``view``: the
+  same carved from a planned, reused buffer: no page faults after the first step;
+- ``widen_bf16``: bfloat16 (stored as uint16 bits) as float32, for contractions;
+- ``reference``: a reference kernel ``fn(inputs, attrs, ctx)`` for an op without a kernel of its own.
 """
 from __future__ import annotations
 
@@ -152,11 +145,9 @@ def start_numba() -> int | None:
 
 
 OMP_SPIN = 2000
-"""Spin-wait iterations of an idle OpenMP worker (numba's ``omp`` threading layer) before it sleeps.
-GNU OpenMP's default, 300000, kept numba's workers spinning for milliseconds after each ``prange``
-kernel, on the cores the GEMM after it needed: measured here on the BERT-base layer step, 2 threads,
-``prange`` kernels took it from 251 to 322 ms with the default and to 241 ms with 1000; 0 (sleep at
-once) cost EfficientNet-B0's step, with its thousand short kernels, 105 → 148 ms."""
+"""Spin-wait iterations of an idle OpenMP worker (numba's ``omp`` layer) before it sleeps. GNU OpenMP's default,
+300000, kept workers spinning for milliseconds after each ``prange`` kernel, on the cores the next GEMM needed:
+BERT-base layer step, 2 threads, 251 → 322 ms (1000: 241 ms); 0 cost EfficientNet-B0's step 105 → 148 ms."""
 
 
 class _short_omp_spin:
@@ -195,20 +186,17 @@ def _loaded_openmp() -> str | None:
 
 
 BLAS_IDLE_TIMEOUT = 4
-"""log2 of the CPU cycles an idle OpenBLAS worker spins before it sleeps (OpenBLAS's own default is 28,
-about 0.1 s here; 4 is its minimum). Spinning workers take the cores a parallel kernel right after a
-GEMM needs: measured here, a 2-thread ``prange`` kernel after a 512² sgemm took 6.5 ms with the
-default and 2.6 ms with this, against 5.1 ms on one thread."""
+"""log2 of the CPU cycles an idle OpenBLAS worker spins before it sleeps (OpenBLAS's default 28 is about 0.1 s
+here; 4 is its minimum). Measured here, a 2-thread ``prange`` kernel right after a 512² sgemm took 6.5 ms with
+the default and 2.6 ms with this, against 5.1 ms on one thread."""
 _QUIET = [None]
 
 
 def quiet_blas() -> bool | None:
-    """Make NumPy's OpenBLAS put idle workers to sleep at once, unless ``$OPENBLAS_THREAD_TIMEOUT``
-    says otherwise. OpenBLAS reads the setting when it starts its workers, so this sets it, has
-    OpenBLAS read its environment again and stops the workers (``blas_thread_shutdown_``, what it
-    does itself around ``fork``); the next multi-threaded call starts them with the new timeout.
-    Once per process, from ``set_threads`` (no BLAS call may run meanwhile). True when done, False
-    where it is not OpenBLAS or already set, None when it could not be done (the old timeout stays)."""
+    """Make NumPy's OpenBLAS put idle workers to sleep at once, unless ``$OPENBLAS_THREAD_TIMEOUT`` says otherwise:
+    set it, have OpenBLAS read its environment again and stop the workers (``blas_thread_shutdown_``, as it does
+    around ``fork``); the next multi-threaded call starts them with the new timeout. Once per process, from
+    ``set_threads``. True when done, False where not OpenBLAS or already set, None when it could not be done."""
     if _QUIET[0] is not None:
         return _QUIET[0]
     _QUIET[0] = False
@@ -360,10 +348,7 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float = 1.0,
     if alpha != 1.0:
         y *= y.dtype.type(alpha)
     if c is not None and beta != 0.0:
-        if beta == 1.0:
-            y += c
-        else:
-            y += y.dtype.type(beta) * c
+        y += c if beta == 1.0 else y.dtype.type(beta) * c
     return y
 
 
@@ -475,10 +460,8 @@ def _einsum_numpy(equation: str, a: np.ndarray, b: np.ndarray, out: np.ndarray |
 def alloc(shape: tuple, dtype, kind: str = "empty", fill=0) -> np.ndarray:
     """A new output buffer: ``empty``, ``zeros`` or ``full`` of ``fill`` (a reduction's identity,
     which the program writes as a literal: ``ir.memlet.Wcr.identity``)."""
-    if kind == "empty":
-        return np.empty(shape, dtype)
-    if kind == "zeros":
-        return np.zeros(shape, dtype)
+    if kind in ("empty", "zeros"):
+        return (np.empty if kind == "empty" else np.zeros)(shape, dtype)
     return np.full(shape, fill, dtype)
 
 
@@ -532,6 +515,22 @@ def _window(attrs: dict, nd: int) -> tuple[tuple, tuple, tuple]:
     return tuple(strides), tuple(pads), tuple(dil)
 
 
+SOLO_MACS = 24_000_000
+"""A convolution of fewer multiply-adds (float64 ones count twice) runs its GEMMs on one BLAS thread: on 2
+cores here OpenBLAS's second thread made EfficientNet-B0's 1×1 convs (2 to 20 M, batch 8) 0.4 to 0.9× as fast."""
+
+
+def _solo_blas(macs: int) -> list:
+    """Set BLAS to one thread for a GEMM of ``macs`` below ``SOLO_MACS``; returns (library, count) to restore.
+    Not inside ``parallel``, whose tasks share the threads already (and share a count another task reads)."""
+    blas = _blas_controller() if macs < SOLO_MACS and not _STEP.locked() else None
+    saved = [(lib, lib.num_threads) for lib in blas.lib_controllers] if blas is not None else []
+    for lib, n in saved:
+        if n > 1:
+            lib.set_num_threads(1)
+    return [(lib, n) for lib, n in saved if n > 1]
+
+
 def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str, exact: bool = True) -> np.ndarray:
     geo = _conv_geometry(inputs, attrs, out)
     if geo is None:
@@ -542,10 +541,14 @@ def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str, e
     target = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
     run = {"conv": convolution.conv2d, "transpose": convolution.conv_transpose2d,
            "weights": convolution.conv_weight_grad2d}[kind]
-    if kind == "conv":
-        run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)), wide=exact)
-    else:
-        run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)))
+    wide = {"wide": exact} if kind == "conv" else {}
+    restore = _solo_blas({"conv": y, "transpose": x, "weights": w}[kind].size * (2 if exact and wide else 1)
+                         * int(np.prod((y if kind == "weights" else w).shape[1:])))
+    try:
+        run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)), **wide)
+    finally:
+        for lib, n in restore:
+            lib.set_num_threads(n)
     if target is not y:
         y[...] = target
     b = inputs[2] if len(inputs) > 2 else None

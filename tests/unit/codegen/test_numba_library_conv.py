@@ -26,6 +26,9 @@ CONVS = {
     "3x3/2 odd size": ((3, 8, 9, 7), (6, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     "1x1 point, big plane": ((2, 8, 16, 16), (12, 8, 1, 1), {}),
     "1x1 point, small plane": ((4, 8, 3, 3), (12, 8, 1, 1), {}),
+    "1x1 point on 1x1 planes (squeeze-excitation)": ((5, 24, 1, 1), (12, 24, 1, 1), {}),
+    "grouped 1x1 point, small plane": ((3, 16, 3, 3), (8, 8, 1, 1), {"group": 2}),
+    "grouped 1x1 point on 1x1 planes": ((3, 16, 1, 1), (12, 8, 1, 1), {"group": 2}),
     "1x1/2 downsample": ((2, 8, 8, 8), (16, 8, 1, 1), {"strides": [2, 2]}),
     "depthwise 3x3": ((2, 8, 10, 10), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
     "depthwise 5x5/2": ((2, 6, 11, 11), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
@@ -53,6 +56,9 @@ CONV_TRANSPOSES = {
                                                         "output_padding": [1, 1]}),
     "dx of 1x1 point, big plane": ((2, 12, 16, 16), (12, 8, 1, 1), {}),
     "dx of 1x1 point, small plane": ((4, 12, 3, 3), (12, 8, 1, 1), {}),
+    "dx of 1x1 point on 1x1 planes": ((5, 12, 1, 1), (12, 24, 1, 1), {}),
+    "dx of grouped 1x1 point, small plane": ((3, 16, 3, 3), (16, 8, 1, 1), {"group": 2}),
+    "dx of grouped 1x1 point on 1x1 planes": ((3, 24, 1, 1), (24, 8, 1, 1), {"group": 3}),
     "dx of 1x1/2 downsample": ((2, 16, 4, 4), (16, 8, 1, 1), {"strides": [2, 2], "output_padding": [1, 1]}),
     "dx of depthwise 5x5/2": ((2, 6, 6, 6), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
     "dx of depthwise 3x3/2, channels last": ((2, 16, 5, 5), (16, 1, 3, 3),
@@ -81,13 +87,14 @@ def _check(got, want, terms):
 
 @pytest.mark.parametrize("name", list(CONVS))
 @pytest.mark.parametrize("bias", [False, True], ids=["", "bias"])
-def test_conv_equals_the_reference(name, bias):
+@pytest.mark.parametrize("exact", [True, False], ids=["float64 sum", "float32 sum"])
+def test_conv_equals_the_reference(name, bias, exact):
     sx, sw, attrs = CONVS[name]
     x, w, b = _arrays(sx, sw, sw[0] if bias else 0)
     inputs = (x, w, b) if bias else (x, w)
     want = ref_conv([a.astype(np.float64) for a in inputs], attrs, CTX)[0]
     out = np.full(want.shape, np.nan, np.float32)
-    assert L.conv(ref_conv, inputs, attrs, CTX, out=out) is out
+    assert L.conv(ref_conv, inputs, attrs, CTX, out=out, exact=exact) is out
     _check(out, want, int(np.prod(sw[1:])))
 
 
@@ -135,6 +142,10 @@ def test_both_strategies_run():
     gemm = [n for n, (sx, sw, a) in CONVS.items() if convolution.gemm_pays(sw[1], sw[0] // a.get("group", 1),
                                                                            int(np.prod(sw[2:])))]
     assert "3x3 same" in gemm and "depthwise 3x3" not in gemm and "weight gradient of a depthwise conv" not in gemm
+    assert all(n in gemm for n in CONVS if "1x1 point" in n)       # the pointwise paths: copies, one GEMM
+    dx = [n for n, (sx, sw, a) in CONV_TRANSPOSES.items()
+          if convolution.gemm_pays(sx[1] // a.get("group", 1), sw[1], int(np.prod(sw[2:])))]
+    assert all(n in dx for n in CONV_TRANSPOSES if "1x1 point" in n)
     last = [n for n, (sx, sw, a) in CONVS.items()
             if convolution.depthwise_pays(a.get("group", 1), sw[1], sw[0] // a.get("group", 1))]
     assert sorted(last) == sorted(n for n in CONVS if "channels last" in n or "2x2 plane" in n)
