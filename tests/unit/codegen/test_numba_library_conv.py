@@ -288,3 +288,36 @@ def test_the_copies_and_depthwise_loops_give_the_same_bits_on_any_number_of_thre
         assert not np.isnan(runs[0][1]).any(), what
         for threads, out in runs[1:]:
             assert np.array_equal(out, runs[0][1]), f"{what}: {threads} threads differ from 1"
+
+
+def test_small_convolutions_run_their_gemms_on_one_blas_thread(monkeypatch):
+    """Below ``SOLO_MACS`` multiply-adds a conv's GEMMs run on one BLAS thread, above it on what was set; the
+    count comes back afterwards, also when the conv raises."""
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="threadpoolctl is not installed")
+    x, w, _ = _arrays((2, 8, 16, 16), (12, 8, 1, 1), 0)
+    want = ref_conv([x.astype(np.float64), w.astype(np.float64)], {}, CTX)[0]
+    seen, real = [], convolution.conv2d
+
+    def spy(*args, **kw):
+        seen.append(L.blas_threads())
+        return real(*args, **kw)
+    monkeypatch.setattr(convolution, "conv2d", spy)
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        if L.blas_threads() != 2:
+            pytest.skip("BLAS here does not run on two threads")
+        out = np.full(want.shape, np.nan, np.float32)
+        L.conv(ref_conv, (x, w), {}, CTX, out=out, exact=False)
+        assert seen == [1] and L.blas_threads() == 2
+        _check(out, want, 8)
+        monkeypatch.setattr(L, "SOLO_MACS", 12 * 256 * 8 * 2)     # exactly this conv's: no longer below
+        L.conv(ref_conv, (x, w), {}, CTX, out=out, exact=False)
+        assert seen == [1, 2]
+        monkeypatch.setattr(L, "SOLO_MACS", 10 ** 12)
+
+        def boom(*args, **kw):
+            seen.append(L.blas_threads())
+            raise MemoryError("scratch")
+        monkeypatch.setattr(convolution, "conv2d", boom)
+        with pytest.raises(MemoryError):
+            L.conv(ref_conv, (x, w), {}, CTX, out=out, exact=False)
+        assert seen == [1, 2, 1] and L.blas_threads() == 2
