@@ -290,34 +290,53 @@ def test_the_copies_and_depthwise_loops_give_the_same_bits_on_any_number_of_thre
             assert np.array_equal(out, runs[0][1]), f"{what}: {threads} threads differ from 1"
 
 
-def test_small_convolutions_run_their_gemms_on_one_blas_thread(monkeypatch):
+SOLO_PROBE = """
+import json
+import numpy as np
+from codegen.numba_cpu import convolution, library as L
+from codegen.numpy_ref.linalg import conv as ref_conv
+from codegen.numpy_ref.registry import OpContext
+ctx = OpContext(opset=17)
+rng = np.random.default_rng(0)
+x, w = rng.standard_normal((2, 8, 16, 16)).astype(np.float32), rng.standard_normal((12, 8, 1, 1)).astype(np.float32)
+out, seen, real = np.full((2, 12, 16, 16), np.nan, np.float32), [], convolution.conv2d
+def spy(*args, **kw):
+    seen.append(L.blas_threads())
+    return real(*args, **kw)
+def boom(*args, **kw):
+    seen.append(L.blas_threads())
+    raise MemoryError("scratch")
+before = L.blas_threads()
+convolution.conv2d = spy
+L.conv(ref_conv, (x, w), {}, ctx, out=out, exact=False)
+L.SOLO_MACS = 12 * 256 * 8 * 2                  # exactly this conv's multiply-adds: no longer below
+L.conv(ref_conv, (x, w), {}, ctx, out=out, exact=False)
+L.SOLO_MACS, convolution.conv2d = 10 ** 12, boom
+try:
+    L.conv(ref_conv, (x, w), {}, ctx, out=np.empty_like(out), exact=False)
+except MemoryError:
+    seen.append("raised")
+want = ref_conv([x.astype(np.float64), w.astype(np.float64)], {}, ctx)[0]
+print(json.dumps({"before": before, "seen": seen, "after": L.blas_threads(), "error": float(np.abs(out - want).max())}))
+"""
+
+
+def test_small_convolutions_run_their_gemms_on_one_blas_thread():
     """Below ``SOLO_MACS`` multiply-adds a conv's GEMMs run on one BLAS thread, above it on what was set; the
-    count comes back afterwards, also when the conv raises."""
-    threadpoolctl = pytest.importorskip("threadpoolctl", reason="threadpoolctl is not installed")
-    x, w, _ = _arrays((2, 8, 16, 16), (12, 8, 1, 1), 0)
-    want = ref_conv([x.astype(np.float64), w.astype(np.float64)], {}, CTX)[0]
-    seen, real = [], convolution.conv2d
-
-    def spy(*args, **kw):
-        seen.append(L.blas_threads())
-        return real(*args, **kw)
-    monkeypatch.setattr(convolution, "conv2d", spy)
-    with threadpoolctl.threadpool_limits(2, user_api="blas"):
-        if L.blas_threads() != 2:
-            pytest.skip("BLAS here does not run on two threads")
-        out = np.full(want.shape, np.nan, np.float32)
-        L.conv(ref_conv, (x, w), {}, CTX, out=out, exact=False)
-        assert seen == [1] and L.blas_threads() == 2
-        _check(out, want, 8)
-        monkeypatch.setattr(L, "SOLO_MACS", 12 * 256 * 8 * 2)     # exactly this conv's: no longer below
-        L.conv(ref_conv, (x, w), {}, CTX, out=out, exact=False)
-        assert seen == [1, 2]
-        monkeypatch.setattr(L, "SOLO_MACS", 10 ** 12)
-
-        def boom(*args, **kw):
-            seen.append(L.blas_threads())
-            raise MemoryError("scratch")
-        monkeypatch.setattr(convolution, "conv2d", boom)
-        with pytest.raises(MemoryError):
-            L.conv(ref_conv, (x, w), {}, CTX, out=out, exact=False)
-        assert seen == [1, 2, 1] and L.blas_threads() == 2
+    count comes back afterwards, also when the conv raises. In a fresh process with BLAS on two threads (this
+    one's BLAS may have been held to one by an earlier test)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("threadpoolctl", reason="threadpoolctl is not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    got = subprocess.run([sys.executable, "-c", SOLO_PROBE], cwd=Path(__file__).resolve().parents[3],
+                         env={**env, "OPENBLAS_NUM_THREADS": "2"}, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    res = json.loads(got.stdout.strip().splitlines()[-1])
+    if res["before"] != 2:
+        pytest.skip(f"BLAS here runs on {res['before']} thread(s), not two (one core?)")
+    assert res["seen"] == [1, 2, 1, "raised"] and res["after"] == 2
+    assert res["error"] < 1e-4
