@@ -240,6 +240,21 @@ def parallel(*tasks) -> None:
         _parallel(tasks)
 
 
+def _cap_blas(k: int) -> list:
+    """Lower every BLAS library on more than ``k`` threads to ``k``; returns (library, count) for ``_restore_blas``."""
+    blas = _blas_controller()
+    counts = [(lib, lib.num_threads) for lib in blas.lib_controllers] if blas is not None else []
+    lowered = [(lib, n) for lib, n in counts if n > k]
+    for lib, _ in lowered:
+        lib.set_num_threads(k)
+    return lowered
+
+
+def _restore_blas(lowered: list) -> None:
+    for lib, n in lowered:
+        lib.set_num_threads(n)
+
+
 def _concurrent_prange() -> bool:
     """Whether two threads may run numba ``prange`` loops at once (not under ``workqueue``)."""
     try:
@@ -256,10 +271,7 @@ def _parallel(tasks) -> None:
     from concurrent.futures import ThreadPoolExecutor, wait
     if _POOL is None or _POOL._max_workers < len(tasks) - 1:
         _POOL = ThreadPoolExecutor(max_workers=max(1, len(tasks) - 1), thread_name_prefix="dcstudio-step")
-    blas = _blas_controller()
-    libs = blas.lib_controllers if blas is not None else []
-    total = max((lib.num_threads for lib in libs), default=1)
-    share = max(1, total // len(tasks))
+    share = max(1, (blas_threads() or 1) // len(tasks))
     trace = TRACE
     try:
         from numba import set_num_threads as numba_threads
@@ -275,9 +287,7 @@ def _parallel(tasks) -> None:
         if trace is not None:
             trace.append((k, t0, time.perf_counter()))
 
-    if share != total:
-        for lib in libs:
-            lib.set_num_threads(share)
+    lowered = _cap_blas(share)
     futures, error = [], None
     try:
         futures = [_POOL.submit(run, k, task) for k, task in enumerate(tasks[1:], start=1)]
@@ -288,9 +298,7 @@ def _parallel(tasks) -> None:
         wait(futures)
         if numba_threads is not None:
             numba_threads(numba_all)
-        if share != total:
-            for lib in libs:
-                lib.set_num_threads(total)
+        _restore_blas(lowered)
     for f in futures:
         if error is None and f.exception() is not None:
             error = f.exception()
@@ -521,14 +529,8 @@ cores here OpenBLAS's second thread made EfficientNet-B0's 1×1 convs (2 to 20 M
 
 
 def _solo_blas(macs: int) -> list:
-    """Set BLAS to one thread for a GEMM of ``macs`` below ``SOLO_MACS``; returns (library, count) to restore.
-    Not inside ``parallel``, whose tasks share the threads already (and share a count another task reads)."""
-    blas = _blas_controller() if macs < SOLO_MACS and not _STEP.locked() else None
-    saved = [(lib, lib.num_threads) for lib in blas.lib_controllers] if blas is not None else []
-    for lib, n in saved:
-        if n > 1:
-            lib.set_num_threads(1)
-    return [(lib, n) for lib, n in saved if n > 1]
+    """``_cap_blas(1)`` for ``macs`` below ``SOLO_MACS``; not inside ``parallel``, whose tasks share the threads."""
+    return _cap_blas(1) if macs < SOLO_MACS and not _STEP.locked() else []
 
 
 def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str, exact: bool = True) -> np.ndarray:
@@ -547,8 +549,7 @@ def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str, e
     try:
         run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)), **wide)
     finally:
-        for lib, n in restore:
-            lib.set_num_threads(n)
+        _restore_blas(restore)
     if target is not y:
         y[...] = target
     b = inputs[2] if len(inputs) > 2 else None

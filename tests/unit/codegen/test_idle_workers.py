@@ -26,13 +26,15 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     info = L.set_threads(2)
 blas = [c for c in ThreadpoolController().select(user_api="blas").lib_controllers if c.internal_api == "openblas"]
-seen = []
-L.parallel(*[lambda: seen.append(__import__("numba").get_num_threads()) for _ in range(2)])
+seen, blas_seen = [], []
+L.parallel(*[lambda: (seen.append(__import__("numba").get_num_threads()), blas_seen.append(L.blas_threads()))
+             for _ in range(2)])
 import numba
 print(json.dumps({"timeout": ctypes.CDLL(blas[0].filepath).openblas_thread_timeout() if blas else None,
                   "quiet": L.quiet_blas(), "gomp_env": os.environ.get("GOMP_SPINCOUNT"),
                   "layer": numba.threading_layer(), "in_tasks": seen, "after": numba.get_num_threads(),
-                  "numba": info["numba"], "spinning": L.SPINNING[0], "warnings": [str(w.message) for w in caught]}))
+                  "numba": info["numba"], "spinning": L.SPINNING[0], "warnings": [str(w.message) for w in caught],
+                  "blas": info["blas"], "blas_in_tasks": blas_seen, "blas_after": L.blas_threads()}))
 """
 
 
@@ -75,6 +77,8 @@ def test_parallel_tasks_share_numbas_threads_and_the_count_comes_back():
         assert got["in_tasks"] == [2, 2]
     else:
         assert sorted(got["in_tasks"]) == [1, 1], got
+        if got["blas"] == 2:             # and BLAS's threads too, restored once both have ended
+            assert got["blas_in_tasks"] == [1, 1] and got["blas_after"] == 2, got
 
 
 def test_worker_processes_start_with_short_spins():
