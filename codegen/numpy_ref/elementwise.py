@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .registry import Inputs, OpContext, kernel
+from .special import erf64
 
 UnaryFn = Callable[[np.ndarray, dict[str, Any]], np.ndarray]
 BinaryFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -39,19 +40,8 @@ def _register_binary(op: str, fn: BinaryFn, keep_dtype: bool = True) -> None:
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """Elementwise error function (math.erf in float64, called from numpy's loop: 5x faster than a
-    generator, which took 4 s of a 4-layer BERT-base check). In chunks of ``ERF_CHUNK`` elements:
-    a C loop calling a C function never lets go of the GIL, and one call over a 12-layer step's
-    GELU input held it for 0.3 s, freezing the studio while it profiled or exported."""
-    flat = np.asarray(x, dtype=np.float64).reshape(-1)
-    out = np.empty(flat.shape, dtype=np.float64)
-    for k in range(0, flat.size, ERF_CHUNK):
-        out[k:k + ERF_CHUNK] = _ERF(flat[k:k + ERF_CHUNK])
-    return out.reshape(np.shape(x))
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-ERF_CHUNK = 1 << 15                 # ~2 ms of math.erf calls: the GIL changes hands between chunks
+    """Elementwise error function in float64 (``special.erf64``)."""
+    return erf64(x)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
