@@ -27,6 +27,7 @@ says so.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -96,12 +97,17 @@ def _max_abs(v) -> float:
 
 def error(got, want: np.ndarray, scale: float) -> float:
     """max |got - want| / scale; equal non-finite entries count as equal; a shape mismatch is inf."""
-    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    g, w = np.asarray(got), np.asarray(want)
     if g.shape != w.shape:
         return float("inf")
-    diff = np.abs(g - w)
-    same = (g == w) | (np.isnan(g) & np.isnan(w))
-    diff = np.where(same, 0.0, diff)
+    with np.errstate(invalid="ignore"):      # inf - inf: NaN, sorted out below
+        diff = np.asarray(np.subtract(g, w, dtype=np.float64))
+    worst = float(np.abs(diff, out=diff).max(initial=0.0))
+    if not np.isnan(worst):                  # the common case: one pass, no NaN or equal infinities
+        return worst / scale
+    g, w = g.astype(np.float64), w.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        diff = np.where((g == w) | (np.isnan(g) & np.isnan(w)), 0.0, np.abs(g - w))
     if np.isnan(diff).any():
         return float("inf")
     return float(diff.max(initial=0.0)) / scale
@@ -170,6 +176,16 @@ class Oracle:
         return cls(list(graph.outputs), feeds, {n: truth[n] for n in floats}, scales, tols, errs, exact, basis,
                    notes)
 
+    @classmethod
+    def start(cls, graph: Graph, proto=None, feeds: Mapping[str, np.ndarray] | None = None) -> "Pending":
+        """``Oracle.of`` on a daemon thread, on a snapshot of ``graph`` (``clone``) taken now, so the
+        caller may go on transforming ``graph`` meanwhile: a replay is Python, the oracle's runs are
+        mostly NumPy and onnxruntime, which let go of the GIL, so on two cores the two overlap. The
+        feeds are made here, so a graph that cannot be fed fails at once."""
+        feeds = dict(feeds) if feeds is not None else _feeds(graph)
+        snapshot = graph.clone()
+        return Pending(lambda: cls.of(snapshot, proto, feeds))
+
     def widened_to(self, stated: float) -> "Oracle":
         """A copy whose tolerances are at least ``stated`` (a lossy transformation's own)."""
         if stated <= 0:
@@ -227,6 +243,28 @@ class Oracle:
     def run_and_check(self, graph: Graph) -> CheckResult:
         """Run ``graph`` (the transformed one) with the reference executor on the oracle's feeds."""
         return self.check(run_reference(graph, self.feeds))
+
+
+class Pending:
+    """A computation on a daemon thread (a Ctrl-C of the caller does not wait for it); ``result()``
+    waits for its value or raises its exception."""
+
+    def __init__(self, work) -> None:
+        self._box: dict = {}
+        self._thread = threading.Thread(target=self._run, args=(work,), name="dcstudio-oracle", daemon=True)
+        self._thread.start()
+
+    def _run(self, work) -> None:
+        try:
+            self._box["value"] = work()
+        except BaseException as e:  # noqa: BLE001 - handed to result()
+            self._box["error"] = e
+
+    def result(self):
+        self._thread.join()
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["value"]
 
 
 def _feeds(graph: Graph) -> dict[str, np.ndarray]:

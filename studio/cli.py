@@ -163,7 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def one_malloc_arena() -> bool:
+    """Ask glibc's malloc for one arena shared by every thread (``mallopt(M_ARENA_MAX, 1)``), before
+    any worker thread starts. By default each thread that allocates gets an arena of its own, and
+    the large arrays a thread frees stay in its arena: ``replay --check`` of a 12-layer BERT step,
+    whose oracle runs on a second thread, peaked at 7.7 GB with arenas per thread and 6.7 GB with one
+    (as high as with no second thread), in the same time. False where the C library has no mallopt."""
+    import ctypes
+    try:
+        return bool(ctypes.CDLL(None).mallopt(-8, 1))       # M_ARENA_MAX = -8 (malloc.h)
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    one_malloc_arena()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

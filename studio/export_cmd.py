@@ -37,9 +37,13 @@ def _inputs(graph, path: str | None) -> dict[str, np.ndarray]:
     return feeds
 
 
-def load_with_history(model: str, history: str | None, bind: list[str], *, original: bool = False):
+def load_with_history(model: str, history: str | None, bind: list[str], *, original: bool = False,
+                      inputs: str | None = None):
     """The graph after replaying ``history`` (or as imported), and the history's steps; with
-    ``original=True`` also ``(imported graph, ONNX model: path or proto)`` for the oracle of the package's check."""
+    ``original=True`` also ``(feeds, oracle)`` for the package's check: the feeds (``--inputs``
+    ``inputs`` over the deterministic ones) and a function returning the ORIGINAL model's oracle on
+    them, widened by the steps' stated tolerances, which runs during the replay (``Oracle.start``)."""
+    from codegen.oracle import Oracle, stated_tolerance
     from studio.cli import parse_bindings
     from studio.session import load_graph, load_original
     from transforms.history import check_model, load
@@ -49,18 +53,17 @@ def load_with_history(model: str, history: str | None, bind: list[str], *, origi
     training = hist.training if hist else None
     graph, proto = (load_original(model, bindings=bindings, training=training) if original else
                     (load_graph(model, bindings=bindings, training=training), None))
-    first = graph.clone() if original else None
     if hist is not None:
         check_model(hist, graph.meta["sha256"], Path(model).name, path=history)
-        replay(graph, hist, path=history, every_peak=False)
     steps = hist.steps if hist is not None else ()
-    return (graph, steps, (first, proto)) if original else (graph, steps)
-
-
-def original_oracle(original, proto, feeds, steps):
-    """The oracle of the original model on ``feeds``, widened by the steps' stated tolerances."""
-    from codegen.oracle import Oracle, stated_tolerance
-    return Oracle.of(original, proto, feeds).widened_to(stated_tolerance(steps))
+    if original:
+        feeds = _inputs(graph, inputs)
+        pending = Oracle.start(graph, proto, feeds)
+    if hist is not None:
+        replay(graph, hist, path=history, every_peak=False)
+    if not original:
+        return graph, steps
+    return graph, steps, (feeds, lambda: pending.result().widened_to(stated_tolerance(steps)))
 
 
 def write_package(graph, out_dir, backend: str, inputs, history, **options):
@@ -79,9 +82,8 @@ def write_package(graph, out_dir, backend: str, inputs, history, **options):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    graph, steps, (original, proto) = load_with_history(args.model, args.history, args.bind, original=True)
-    feeds = _inputs(graph, args.inputs)
-    oracle = original_oracle(original, proto, feeds, steps)
+    graph, steps, (feeds, oracle) = load_with_history(args.model, args.history, args.bind, original=True,
+                                                      inputs=args.inputs)
     res = write_package(graph, args.output, args.backend, feeds, steps, parallel=args.parallel, rtol=args.rtol,
                         oracle=oracle, history_file=args.history, workers=args.workers)
     out = Path(res.path).resolve()

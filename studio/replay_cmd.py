@@ -79,7 +79,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     check_model(hist, graph.meta["sha256"], Path(args.model).name, path=args.history)
     tolerance = parse_tolerance(args.tolerance)
     baseline = _baseline_bytes(args.baseline) if args.baseline else None
-    oracle = _oracle(graph, proto, hist, args) if args.check or args.check_each else None
+    pending = Oracle.start(graph, proto) if args.check or args.check_each else None   # runs during the replay
+    oracle = _oracle(pending, hist, args) if args.check_each else None
     checkpoints = Checkpoints(graph, hist) if args.check and not args.check_each else None
     failures: dict[int, str] = {}
     checked = {}
@@ -98,6 +99,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     with _Progress(len(hist.steps), args.quiet) as progress:
         reports = replay(graph, hist, on_step=on_step, path=args.history, every_peak=bool(args.json or args.junit))
     if checkpoints is not None:
+        oracle = _oracle(pending, hist, args)
         checked["last"] = oracle.run_and_check(graph)
         if not checked["last"].ok:
             _bisect(oracle, checkpoints, reports, checked["last"], failures)
@@ -150,9 +152,10 @@ def _bisect_pass(oracle: Oracle, checkpoints: Checkpoints, k: int, step) -> str:
             f"at {', '.join(apps[-1].anchors)}): {worst}")
 
 
-def _oracle(graph, proto, hist, args) -> Oracle:
-    """The original model's oracle, widened by the history's stated tolerances (or ``--rtol``)."""
-    oracle = Oracle.of(graph, proto).widened_to(stated_tolerance(hist.steps))
+def _oracle(pending, hist, args) -> Oracle:
+    """The original model's oracle (``pending``: ``Oracle.start``), widened by the history's stated
+    tolerances (or ``--rtol``)."""
+    oracle = pending.result().widened_to(stated_tolerance(hist.steps))
     return oracle.with_tolerance(args.rtol) if args.rtol is not None else oracle
 
 

@@ -13,7 +13,8 @@ Layout of ``DIR`` (its name is the package name, so ``cd parent && python -m DIR
     DIR/convolution.py  the library's parts, copied under their own names (CPU: the convolution kernels)
     DIR/_ref/           NumPy reference kernels for the ops without a kernel (``vendor``)
     DIR/weights.npz     initializers, folded constants, default inputs (parameters, optimizer state)
-    DIR/check.npz       inputs ``in_<k>``, the ORIGINAL model's outputs ``out_<k>`` (float64 truth,
+    DIR/check.npz       inputs ``in_<k>`` (but those weights.npz holds as defaults: the step takes them
+                        from there), the ORIGINAL model's outputs ``out_<k>`` (float64 truth,
                         k = position in INPUTS / OUTPUTS) with per-output comparison scales
                         ``scale_<k>`` and tolerances ``tol_<k>``, and ``about`` (what they are)
 
@@ -30,7 +31,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -166,11 +167,14 @@ def mismatches(graph: Graph, want: Mapping[str, np.ndarray], got: Mapping[str, n
     return bad
 
 
-def check_data(graph: Graph, inputs: Mapping[str, np.ndarray], oracle: Oracle) -> dict[str, np.ndarray]:
-    """``check.npz`` contents, by position: inputs ``in_k``; for each output the original model's
+def check_data(graph: Graph, inputs: Mapping[str, np.ndarray], oracle: Oracle,
+               defaults: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """``check.npz`` contents, by position: inputs ``in_k`` but the ``defaults`` (the same arrays are the
+    package's default inputs in ``weights.npz``, which the step uses for an input not given: a
+    12-layer BERT step's parameters and optimizer state are 0.7 GB); for each output the original model's
     truth ``out_k`` (float64), its comparison scale ``scale_k`` and tolerance ``tol_k`` (0: exact);
     ``about``: what the references are (the oracle's basis and notes)."""
-    data = {f"in_{k}": np.asarray(inputs[n]) for k, n in enumerate(graph.inputs) if n in inputs}
+    data = {f"in_{k}": np.asarray(inputs[n]) for k, n in enumerate(graph.inputs) if n in inputs and n not in defaults}
     for k, n in enumerate(graph.outputs):
         if n in oracle.truth:
             data[f"out_{k}"], scale, tol = oracle.truth[n], oracle.scales[n], oracle.tolerances[n]
@@ -189,12 +193,13 @@ def check_data(graph: Graph, inputs: Mapping[str, np.ndarray], oracle: Oracle) -
 def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np.ndarray], history: Sequence = (),
                    version: str = "0", parallel: bool = True, rtol: float | None = None,
                    defaults: Sequence[str] | None = None, backend: Backend | str = "cpu",
-                   oracle: Oracle | None = None, history_file: str | Path | None = None,
+                   oracle: Oracle | Callable[[], Oracle] | None = None, history_file: str | Path | None = None,
                    workers: int = 2) -> ExportResult:
     """Write the package (see the module docstring). ``inputs`` feed the stored check; the
     inputs named in ``defaults`` (default: parameters and optimizer state) become the
     model's default values in ``weights.npz``. ``oracle`` is the ORIGINAL model's, built on
-    ``inputs`` (``Oracle.of(original_graph, proto, inputs)``); without one the graph as given
+    ``inputs`` (``Oracle.of(original_graph, proto, inputs)``), or a function that returns it, called
+    once the kernels are written (``Oracle.start(…).result``: it may run meanwhile); without one the graph as given
     stands for the original. ``rtol`` replaces every derived tolerance (an override). ``workers``:
     the CPU step runs independent statements side by side on that many threads
     (``codegen.program.schedule``; 1: strictly in order)."""
@@ -211,8 +216,8 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
     vendored = set(vendor.write_reference(tmp / "_ref"))
     try:
         _check_exportable(prog, vendored)
-        oracle = _oracle(graph, inputs, oracle, rtol)
-        moved = _write(prog, graph, tmp, inputs, (history, history_file), version, oracle, defaults, backend)
+        moved = _write(prog, graph, tmp, inputs, (history, history_file), version,
+                       lambda: _oracle(graph, inputs, oracle, rtol), defaults, backend)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -225,7 +230,9 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
     return ExportResult(out, name, len(prog.kernels), kinds, files, moved)
 
 
-def _oracle(graph: Graph, inputs, oracle: Oracle | None, rtol: float | None) -> Oracle:
+def _oracle(graph: Graph, inputs, oracle, rtol: float | None) -> Oracle:
+    if callable(oracle):
+        oracle = oracle()
     if oracle is None:
         oracle = Oracle.of(graph, None, inputs)
         oracle.notes.append("the exported graph stands for the original (no original model was given)")
@@ -241,15 +248,15 @@ def _write_kernels(prog: Program, kdir: Path, backend: Backend) -> None:
     (kdir / "__init__.py").write_text(backend.kernels_init(names), encoding="utf-8")
 
 
-def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str, oracle: Oracle, defaults,
-           backend: Backend) -> Traffic:
+def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str, oracle: Callable[[], Oracle],
+           defaults, backend: Backend) -> Traffic:
     name = ascii(graph.name).replace('"', "'").replace("\\", "/")     # nothing that could end a docstring
     doc = f"One training step of {name}, generated by dcstudio: a standalone module ({backend.requires})."
     chosen = defaults if defaults is not None else [
         n for n in graph.inputs if graph.containers[n].role in (Role.PARAMETER, Role.OPTIMIZER_STATE)]
+    chosen = [n for n in chosen if n in inputs]
     for n in chosen:
-        if n in inputs:
-            prog.arrays[prog.var(n)] = np.asarray(inputs[n])    # default inputs: Model.state
+        prog.arrays[prog.var(n)] = np.asarray(inputs[n])    # default inputs: Model.state
     moved = traffic(prog, backend.name)
     head = header(graph, history[0], version, history[1]) + f"# {moved.summary()}\n"
     (tmp / "model.py").write_text(module_text(prog, mode="export", doc=doc, header=head), encoding="utf-8")
@@ -259,7 +266,7 @@ def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str
         (tmp / part.name).write_text(part.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp / "__init__.py").write_text(f'"""{doc}"""\nfrom .model import INPUTS, OUTPUTS, Model  # noqa: F401\n',
                                      encoding="utf-8")
-    check = check_data(graph, inputs, oracle)     # before writing anything else: it may refuse
+    check = check_data(graph, inputs, oracle(), set(chosen))     # before writing anything else: it may refuse
     (tmp / "__main__.py").write_text(MAIN, encoding="utf-8")
     np.savez(tmp / "weights.npz", **prog.arrays)
     np.savez(tmp / "check.npz", **check)

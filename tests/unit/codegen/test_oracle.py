@@ -163,3 +163,30 @@ def test_gradients_share_the_worst_baseline_error_of_their_kind(fixtures_dir):
         assert o.tolerances[n] == pytest.approx(K * max(worst, U32))
     loss = next(n for n in o.truth if g.containers[n].role is Role.OUTPUT)
     assert o.tolerances[loss] == pytest.approx(K * max(o.baseline_errors[loss], U32))
+
+
+def test_error_counts_equal_infinities_and_nans_as_equal_and_any_other_nan_as_inf():
+    want = np.array([1.0, np.inf, -np.inf, np.nan])
+    assert error(np.array([1.5, np.inf, -np.inf, np.nan], np.float32), want, 2.0) == 0.25
+    assert error(np.array([1.0, -np.inf, -np.inf, np.nan]), want, 1.0) == np.inf       # inf where -inf is
+    assert error(np.array([np.nan, np.inf, -np.inf, np.nan]), want, 1.0) == np.inf     # NaN where 1 is
+    assert error(np.float32(3), np.float64(1), 4.0) == 0.5 and error(np.ones(3), np.ones(2), 1.0) == np.inf
+    assert error(np.array([True, False]), np.array([True, True]), 1.0) == 1.0
+
+
+def test_start_runs_the_oracle_of_a_snapshot_on_another_thread():
+    """``Oracle.start``: the caller may change the graph meanwhile; feeding problems fail at once."""
+    from ir.errors import StudioError
+    from tests.unit.ir.onnx_models import mlp
+    g = import_proto(mlp(), bindings={"batch": 3})
+    want = Oracle.of(g, mlp())
+    pending = Oracle.start(g, mlp())
+    g.outputs = []                                  # the caller's graph changes under the running oracle
+    got = pending.result()
+    assert got.outputs == want.outputs == ["y"] and got.basis == want.basis
+    assert all(np.array_equal(got.truth[n], want.truth[n]) for n in want.truth)
+    assert got.tolerances == want.tolerances
+    with pytest.raises(StudioError, match="bind the symbolic dimension 'batch'"):
+        Oracle.start(import_proto(mlp()), mlp())
+    failing = Oracle.start(g, b"not an onnx model")      # onnxruntime cannot load it: the reference stands in
+    assert "onnxruntime cannot load the model" in failing.result().basis + "; ".join(failing.result().notes)
