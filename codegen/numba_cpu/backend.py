@@ -52,7 +52,7 @@ def renderer(parallel: bool = False, fast: bool = True) -> Render:
 
 CPU = Backend("cpu", "NumPy + numba", renderer, kernel_module, kernels_init, Path(library.__file__),
               kernels_may_alias=True, panels=True, library_parts=tuple(Path(library.__file__).with_name(f"{part}.py")
-                                                          for part in ("convolution", "pooling")))
+                                                          for part in ("convolution", "pooling", "cores")))
 
 
 def program(graph: Graph, *, parallel: bool = False, fast: bool = True, lowered: bool = False) -> Program:

@@ -21,44 +21,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+from functools import partial
 
 import numpy as np
 
+from .cores import default_threads, physical_cores  # noqa: F401  (public here too)
 
 asarray = np.asarray
 broadcast_to = np.broadcast_to
 
 
 _THREADS = [os.cpu_count() or 1]   # what set_threads chose last (parallel() runs in order when 1)
-
-
-def physical_cores(cpus=None, sysfs: str = "/sys/devices/system/cpu") -> int:
-    """Physical cores among ``cpus`` (default: the CPUs this process may run on, its affinity
-    mask); hyperthread siblings (same package and core id in sysfs) count once."""
-    if cpus is None:
-        try:
-            cpus = os.sched_getaffinity(0)
-        except (AttributeError, OSError):
-            return os.cpu_count() or 1
-    cores = set()
-    for cpu in sorted(cpus):
-        try:
-            topo = f"{sysfs}/cpu{cpu}/topology/"
-            with open(topo + "physical_package_id", encoding="ascii") as f, \
-                    open(topo + "core_id", encoding="ascii") as g:
-                cores.add((f.read().strip(), g.read().strip()))
-        except OSError:
-            cores.add(("cpu", str(cpu)))
-    return max(1, len(cores))
-
-
-def default_threads() -> int:
-    """``$DCSTUDIO_THREADS`` when it is a positive integer, else ``physical_cores()``."""
-    try:
-        n = int(os.environ.get("DCSTUDIO_THREADS", ""))
-    except ValueError:
-        n = 0
-    return n if n > 0 else physical_cores()
 
 
 _POOL = None
@@ -335,7 +308,7 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray
         if a2 is not None and o2 is not None:
             np.matmul(a2, wb, out=o2)
             return out if out.dtype == a.dtype else out.astype(a.dtype)
-    y = np.matmul(wa, wb, out=out)
+    y = _batched(wa, wb, out)
     return y if y.dtype == a.dtype else y.astype(a.dtype)
 
 
@@ -441,16 +414,33 @@ def einsum(equation: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None =
     product = batch + (am.shape[-2], bm.shape[-1])
     if (out is not None and out_perm == sorted(out_perm) and out.flags.c_contiguous and out.dtype == am.dtype
             and out.shape == batch + free_a + free_b):
-        np.matmul(am, bm, out=out.reshape(product))      # a view of ``out``: the product lands in place
+        _batched(am, bm, out.reshape(product))      # a view of ``out``: the product lands in place
         return out
     if (out is not None and out.dtype == am.dtype and na == 1 and nf == 1
             and out.shape == tuple(product[k] for k in out_perm)):
-        np.matmul(am, bm, out=out.transpose(np.argsort(out_perm)))   # a strided view: BLAS writes with its stride
+        _batched(am, bm, out.transpose(np.argsort(out_perm)))   # a strided view: BLAS writes with its stride
         return out
-    y = np.matmul(am, bm).reshape(batch + free_a + free_b).transpose(out_perm)
+    y = _batched(am, bm).reshape(batch + free_a + free_b).transpose(out_perm)
     if out is None:
         return y if y.flags.c_contiguous and y.dtype == a.dtype else np.array(y, dtype=a.dtype, order="C")
     out[...] = y
+    return out
+
+
+def _batched(am: np.ndarray, bm: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(am, bm, out=out)``; a batch of small matrices (each under ``SOLO_MACS`` multiply-adds)
+    is split along its first axis into one part per thread, each on one BLAS thread (``parallel``):
+    OpenBLAS spreads every small matrix over all its threads (attention's 96 products of 128×128×64
+    here, on 2 threads: 9.0 ms as one call, 4.5 ms split; 7.2 ms on one thread)."""
+    n = min(_THREADS[0], blas_threads() or 1)
+    if (n < 2 or am.ndim < 3 or bm.ndim != am.ndim or am.shape[0] != bm.shape[0] or am.shape[0] < 2 or _STEP.locked()
+            or am.shape[-2] * am.shape[-1] * bm.shape[-1] >= SOLO_MACS):
+        return np.matmul(am, bm, out=out)
+    if out is None:
+        out = np.empty(np.broadcast_shapes(am.shape[:-2], bm.shape[:-2]) + (am.shape[-2], bm.shape[-1]),
+                       np.result_type(am, bm))
+    cut = np.linspace(0, am.shape[0], min(n, am.shape[0]) + 1).astype(int)
+    parallel(*(partial(np.matmul, am[lo:hi], bm[lo:hi], out=out[lo:hi]) for lo, hi in zip(cut, cut[1:])))
     return out
 
 

@@ -64,8 +64,44 @@ def test_one_free_axis_each_in_any_order_lands_in_out_through_a_strided_view(mon
     monkeypatch.setattr(L, "np", spy)
     out = np.full((2, 4, 3, 5), np.nan, np.float32)
     assert L.einsum("abce,aebd->acbd", s, v, out=out) is out
-    assert spy.outs == [out.transpose(0, 2, 1, 3).shape] and spy.views_of_out(out)
+    # one call, or one per thread over the batch (``_batched``), each into a view of ``out``
+    assert sum(o[0] for o in spy.outs) == 2 and {o[1:] for o in spy.outs} == {(3, 4, 5)} and spy.views_of_out(out)
     np.testing.assert_allclose(out, np.einsum("abce,aebd->acbd", s, v), rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_of_small_matrices_runs_split_over_the_threads_on_one_blas_thread_each(monkeypatch):
+    """``_batched``: attention-sized products (each under SOLO_MACS multiply-adds) run as one part of
+    the batch per thread, each part on one BLAS thread; large matrices, and calls inside a parallel
+    step (whose tasks already share the threads), stay one call."""
+    class Spy(_MatmulSpy):
+        def matmul(self, a, b, *args, **kw):
+            self.threads = getattr(self, "threads", []) + [L.blas_threads()]
+            return super().matmul(a, b, *args, **kw)
+    rng = np.random.default_rng(3)
+    q, k = (rng.standard_normal((8, 12, 16, 8)).astype(np.float32) for _ in range(2))
+    big = rng.standard_normal((2, 300, 300)).astype(np.float32)
+    before = L._THREADS[0]
+    try:
+        L.set_threads(2)
+        spy = Spy()
+        monkeypatch.setattr(L, "np", spy)
+        got = L.einsum("abce,abde->abcd", q, k)
+        np.testing.assert_allclose(got, np.einsum("abce,abde->abcd", q, k), rtol=1e-5, atol=1e-5)
+        assert [s[0][0] for s in spy.shapes] == [4, 4]
+        if L.blas_threads() == 2 and L._concurrent_prange():
+            assert spy.threads == [1, 1] and L.blas_threads() == 2          # capped inside, restored after
+        spy.shapes.clear()
+        np.testing.assert_allclose(L.matmul(q, k.swapaxes(-1, -2)), q @ k.swapaxes(-1, -2), rtol=1e-5, atol=1e-5)
+        assert [s[0][0] for s in spy.shapes] == [4, 4]                    # MatMul's batched case too
+        spy.shapes.clear()
+        L.matmul(big, big)
+        assert [s[0] for s in spy.shapes] == [(2, 300, 300)]               # 27 M multiply-adds each: one call
+        spy.shapes.clear()
+        outs = [np.empty((8, 12, 16, 16), np.float32) for _ in range(2)]
+        L.parallel(*(lambda o=o: L.einsum("abce,abde->abcd", q, k, out=o) for o in outs))
+        assert sorted(s[0][0] for s in spy.shapes) == [8, 8]              # inside a step: not split again
+    finally:
+        L.set_threads(before)
 
 
 def test_half_precision_operands_accumulate_in_float32():
