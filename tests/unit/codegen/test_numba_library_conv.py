@@ -16,6 +16,7 @@ from codegen.numba_cpu import convolution, library as L  # noqa: E402
 from codegen.numpy_ref.linalg import conv as ref_conv, conv_transpose as ref_conv_transpose  # noqa: E402
 from codegen.numpy_ref.registry import OpContext  # noqa: E402
 from codegen.numpy_ref.training import conv_weight_grad as ref_weight_grad  # noqa: E402
+from tests.unit.codegen.blas_probe import run_blas_probe  # noqa: E402
 
 CTX = OpContext(opset=17)
 
@@ -325,18 +326,6 @@ def test_small_convolutions_run_their_gemms_on_one_blas_thread():
     """Below ``SOLO_MACS`` multiply-adds a conv's GEMMs run on one BLAS thread, above it on what was set; the
     count comes back afterwards, also when the conv raises. In a fresh process with BLAS on two threads (this
     one's BLAS may have been held to one by an earlier test)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    pytest.importorskip("threadpoolctl", reason="threadpoolctl is not installed")
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    got = subprocess.run([sys.executable, "-c", SOLO_PROBE], cwd=Path(__file__).resolve().parents[3],
-                         env={**env, "OPENBLAS_NUM_THREADS": "2"}, capture_output=True, text=True, timeout=300)
-    assert got.returncode == 0, got.stderr[-2000:]
-    res = json.loads(got.stdout.strip().splitlines()[-1])
-    if res["before"] != 2:
-        pytest.skip(f"BLAS here runs on {res['before']} thread(s), not two (one core?)")
+    res = run_blas_probe(SOLO_PROBE, 2, timeout=300)
     assert res["seen"] == [1, 2, 1, "raised"] and res["after"] == 2
     assert res["error"] < 1e-4

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from codegen.numba_cpu import library as L
+from tests.unit.codegen.blas_probe import run_blas_probe
 
 CASES = [
     ("acbe,adbe->abcd", (2, 5, 3, 4), (2, 6, 3, 4)),    # BERT attention scores from (B, L, H, D) heads
@@ -73,6 +74,7 @@ BATCH_PROBE = """
 import json
 import numpy as np
 from codegen.numba_cpu import library as L
+from tests.unit.codegen.blas_probe import run_blas_probe
 calls = []
 real = np.matmul
 class Spy:
@@ -111,19 +113,7 @@ def test_a_batch_of_small_matrices_runs_split_over_the_threads_on_one_blas_threa
     step (whose tasks already share the threads), stay one call. In a fresh process with BLAS on four
     threads (in CI's process an earlier test may have held BLAS to one; four, so that a task of a
     two-task step still sees two BLAS threads and only the step's lock keeps it from splitting)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    pytest.importorskip("threadpoolctl", reason="threadpoolctl is not installed")
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    got = subprocess.run([sys.executable, "-c", BATCH_PROBE], cwd=Path(__file__).resolve().parents[3],
-                         env={**env, "OPENBLAS_NUM_THREADS": "4"}, capture_output=True, text=True, timeout=120)
-    assert got.returncode == 0, got.stderr[-2000:]
-    res = json.loads(got.stdout.strip().splitlines()[-1])
-    if res["before"] != 4:
-        pytest.skip(f"BLAS here runs on {res['before']} thread(s), not four")
+    res = run_blas_probe(BATCH_PROBE, 4, timeout=120)
     seen = res["seen"]
     one = 1 if res["concurrent"] else 4           # under numba's workqueue layer the parts run in order, uncapped
     assert seen["einsum"] == [[2, one]] * 4 and seen["matmul"] == [[2, one]] * 4, seen
