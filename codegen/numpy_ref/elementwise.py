@@ -39,9 +39,7 @@ def _register_binary(op: str, fn: BinaryFn, keep_dtype: bool = True) -> None:
     kernel(op)(run)
 
 
-def erf(x: np.ndarray) -> np.ndarray:
-    """Elementwise error function in float64 (``special.erf64``)."""
-    return erf64(x)
+erf = erf64                         # the elementwise error function, in float64
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

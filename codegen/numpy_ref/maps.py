@@ -174,19 +174,12 @@ class _Sliced:
     def store(self, arr: np.ndarray, val: np.ndarray, mem: Memlet, scope: _Scope) -> bool:
         """Write ``val`` as ``_store`` would; False (nothing written) where this path does not apply."""
         if mem.wcr:
-            used = set(self.params)
-            if mem.wcr in ("sum", "prod") and val.dtype.kind in "fV":
-                val = val.astype(np.float64)
-            full = scope.shape
-            axes = tuple(k for k in range(len(full)) if k not in used)
-            if axes:
-                val = np.broadcast_to(val, full) if val.shape != full else val
-                val = Wcr(mem.wcr).combine.reduce(val, axis=axes, keepdims=True)
-            red = self._fold(val)
+            ufunc = Wcr(mem.wcr).combine
+            red = self._fold(_reduce_unused(_widened(val, mem), ufunc, scope.shape, set(self.params)))
             if red is None:
                 return False
             view = arr[self.index]
-            view[...] = Wcr(mem.wcr).combine(view, red)
+            view[...] = ufunc(view, red)
             return True
         folded = self._fold(val)
         if folded is None:
@@ -233,13 +226,10 @@ def _store(arr: np.ndarray, key: tuple, val: np.ndarray, mem: Memlet, scope: _Sc
             arr[...] = val
         return
     ufunc = Wcr(mem.wcr).combine
-    if mem.wcr in ("sum", "prod") and val.dtype.kind in "fV":
-        val = val.astype(np.float64)          # accumulate in float64; the store rounds once
+    val = _widened(val, mem)
     used = _used_axes(mem, scope, depth)
     if used is not None:
-        val = np.broadcast_to(val, full) if val.shape != full else val
-        axes = tuple(k for k in range(len(full)) if k not in used)
-        red = ufunc.reduce(val, axis=axes, keepdims=True) if axes else val
+        red = _reduce_unused(val, ufunc, full, used)
         if key:
             cur = arr[key]
             arr[key] = ufunc(cur, red.reshape(np.shape(cur)) if red.size == np.size(cur) else red)
@@ -254,6 +244,20 @@ def _store(arr: np.ndarray, key: tuple, val: np.ndarray, mem: Memlet, scope: _Sc
         arr[...] = arr.astype(np.float64) + acc
         return
     ufunc.at(arr, bkey, np.broadcast_to(val, shape))
+
+
+def _widened(val: np.ndarray, mem: Memlet) -> np.ndarray:
+    """Float sums and products accumulate in float64; the store rounds once."""
+    return val.astype(np.float64) if mem.wcr in ("sum", "prod") and val.dtype.kind in "fV" else val
+
+
+def _reduce_unused(val: np.ndarray, ufunc, full: tuple, used: set[int]) -> np.ndarray:
+    """``val`` combined (keepdims) over the scope axes the output index does not use."""
+    axes = tuple(k for k in range(len(full)) if k not in used)
+    if not axes:
+        return val
+    val = np.broadcast_to(val, full) if val.shape != full else val
+    return ufunc.reduce(val, axis=axes, keepdims=True)
 
 
 def _used_axes(mem: Memlet, scope: _Scope, depth: int) -> set[int] | None:
