@@ -438,16 +438,19 @@ class Session:
         return ab_ratio(a, b, feeds_for(a), reps=reps, warmup=warmup, threads=threads, cancel=cancel)
 
     def export(self, out_dir: str | os.PathLike, backend: str = "cpu", *,
-               inputs: Mapping[str, Any] | None = None, parallel: bool = True):
+               inputs: Mapping[str, Any] | None = None, parallel: bool = True, oracle=None):
         """Write the current graph as a standalone package (``dcstudio export``); returns the
-        ``ExportResult``. Check it with ``python -m <package> --check`` in its parent folder."""
+        ``ExportResult``. Check it with ``python -m <package> --check`` in its parent folder.
+        ``oracle``: the original model's, when the caller already holds it (another session of the
+        same model made it on the same deterministic feeds: ``oracle()``)."""
         from codegen.numpy_ref.feeds import feeds_for
         from codegen.oracle import stated_tolerance
         from studio.export_cmd import write_package
         feeds = feeds_for(self.graph)
         feeds.update(inputs or {})
         steps = self._steps[: self._cursor]
-        oracle = self.oracle() if not inputs else self._new_oracle(feeds)
+        if oracle is None:
+            oracle = self.oracle() if not inputs else self._new_oracle(feeds)
         return write_package(self.graph, out_dir, backend, feeds, steps, parallel=parallel,
                              oracle=oracle.widened_to(stated_tolerance(steps)))
 

@@ -40,6 +40,7 @@ from studio.tune_kernels import Cutouts, measure_kernels, price
 from studio.tune_kernels import context_of as kernel_context
 
 OBJECTIVES = ("bytes", "time")
+BACKENDS = ("cpu", "cuda")
 
 # What the search draws from: the recipe's passes and their parameter variants. Left out on purpose:
 # mixed_precision (changes the numbers beyond fp32 tolerance), memory_reuse and recompute (they
@@ -216,14 +217,17 @@ class DaskEvaluator:
 @dataclass(frozen=True)
 class Measured:
     """A finalist's exported step against the hand recipe's, paired in one worker process
-    (``codegen.timing.profiler.ab_ratio``): ``ratio`` = recipe median / finalist median (> 1:
-    the finalist is faster); ``spread`` of the per-pair ratios; the thread count used."""
+    (``codegen.timing.profiler.ab_ratio``; on a GPU ``studio.tune_gpu``): ``ratio`` = recipe median /
+    finalist median (> 1: the finalist is faster; 0: it failed its check there, ``note`` says how);
+    ``spread`` of the per-pair ratios; the CPU thread count used, or the GPU's name in ``device``."""
     key: str
     recipe_ms: float
     candidate_ms: float
     ratio: float
     spread: float
     threads: int
+    device: str = ""
+    note: str = ""
 
 
 def measure_pair(model: ModelRef, baseline: Candidate, candidate: Candidate, transfer: bool, reps: int,
@@ -236,6 +240,13 @@ def measure_pair(model: ModelRef, baseline: Candidate, candidate: Candidate, tra
     r = ab_ratio(a, b, feeds_for(a), reps=reps, warmup=2, threads=threads)
     used = int(r.threads.get("numba_threads") or r.threads.get("blas_threads") or threads or 0)
     return Measured(candidate.key, r.a.median_s * 1e3, r.b.median_s * 1e3, r.ratio, r.pair_spread, used)
+
+
+def _measurer(backend: str):
+    if backend == "cuda":
+        from studio.tune_gpu import measure_pair_cuda
+        return measure_pair_cuda
+    return measure_pair
 
 
 # --------------------------------------------------------------------------- search
@@ -298,11 +309,14 @@ class TuneResult:
         return next(c for c, _ in self.table if c.key == fastest.key)
 
 
-def context_key(model_sha256: str, model: ModelRef, objective: str, transfer: bool, peaks) -> tuple[str, dict]:
+def context_key(model_sha256: str, model: ModelRef, objective: str, transfer: bool, peaks,
+                backend: str = "cpu") -> tuple[str, dict]:
     about = {"model_sha256": model_sha256, "bindings": list(model.bindings), "optimizer": model.optimizer,
              "scope": model.scope, "objective": objective, "transfer": transfer, "code": code_fingerprint()}
     if objective == "time":
         about.update(machine=peaks.fingerprint, threads=peaks.threads)
+    if backend != "cpu":            # CPU contexts keep the keys they had before backends were a choice
+        about.update(backend=backend)
     return hashlib.sha256(json.dumps(about, sort_keys=True).encode()).hexdigest()[:24], about
 
 
@@ -316,7 +330,7 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
            start: Sequence[Sequence[Pass]] = (SUBSTATION,), transfer: bool | None = None, beam: int = 8,
            batch: int = 8, peaks=None, on_progress: Callable[[Progress], None] | None = None,
            stop: Callable[[], bool] | None = None, measure: int = 0, reps: int = 10,
-           threads: int | None = None, cutouts: int = 0) -> TuneResult:
+           threads: int | None = None, cutouts: int = 0, backend: str = "cpu") -> TuneResult:
     """The search described in the module docstring. ``budget``: evaluations (database hits count
     too, so a warm start walks the same path); ``minutes``: wall time; both: whichever ends first.
     ``measure``: that many finalists (the best after the hand recipe) are then timed against the
@@ -325,9 +339,13 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
     half the spread of its paired ratios. ``cutouts`` (time objective): before that, the hand recipe and
     that many of the best candidates are priced by their kernels' measured times (``tune_kernels``), and
     the finalists are the cheapest of them by that price instead of by the roofline, leaving out any
-    priced above the recipe by more than ``CUTOUT_SLACK``."""
+    priced above the recipe by more than ``CUTOUT_SLACK``. ``backend="cuda"``: the finalists are timed as
+    exported CUDA steps on this machine's GPU instead (``studio.tune_gpu``; pass the GPU's ``peaks`` for
+    the time objective); kernel cutouts time CPU kernels, so they are not used there."""
     if objective not in OBJECTIVES:
         raise StudioError(f"unknown objective '{objective}'; choose one of {', '.join(OBJECTIVES)}")
+    if backend not in BACKENDS:
+        raise StudioError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")
     if objective == "time" and peaks is None:
         from codegen.numba_cpu.threads import default_threads
         from codegen.timing.calibrate import peaks as calibrated
@@ -335,7 +353,7 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
     session = model.open()
     if transfer is None:
         transfer = model.scope is None and _has_equal_layers(session)
-    context, about = context_key(session.model_sha256, model, objective, transfer, peaks)
+    context, about = context_key(session.model_sha256, model, objective, transfer, peaks, backend)
     rng = random.Random(seed)
     seen: dict[str, tuple[Candidate, Score]] = {}
     prog = Progress()
@@ -402,7 +420,7 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
     res = TuneResult(best, score, seen[baseline_key][1], prog, stopped, context, transfer, table,
                      baseline_candidate=seen[baseline_key][0])
     finalists = [c for c, _ in table if c.key != baseline_key]
-    if objective == "time" and cutouts and not stopped:
+    if objective == "time" and cutouts and backend == "cpu" and not stopped:
         res.cutouts = _price_by_cutouts(model, [res.baseline_candidate] + finalists[:cutouts], evaluator, db,
                                         transfer, reps, threads, stop, on_progress, prog)
         price = {p.candidate: p.seconds for p in res.cutouts.prices}
@@ -415,7 +433,8 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
                 break
             hit = db.get_measured(context, c.key) if db is not None else None
             if hit is None:
-                hit = evaluator.measure(measure_pair, model, res.baseline_candidate, c, transfer, reps, threads)
+                hit = evaluator.measure(_measurer(backend), model, res.baseline_candidate, c, transfer, reps,
+                                        threads)
                 if db is not None:
                     db.put_measured(context, hit)
             res.measured.append(hit)

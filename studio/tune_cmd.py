@@ -44,7 +44,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
                              f"{p.reused:4d}  {best}  {time.monotonic() - t0:6.1f} s\n")
         shown["generation"] = p.generation
 
-    measure = args.measure if args.measure is not None else 3 if args.objective == "time" else 0
+    timed = args.objective == "time" or args.backend == "cuda"
+    measure = args.measure if args.measure is not None else 3 if timed else 0
+    peaks = None
+    if args.backend == "cuda":
+        problem = _cuda_problem(args, measure)
+        if problem:
+            print(f"error: tune --backend cuda: {problem}", file=sys.stderr)
+            return 2
+        if args.objective == "time":
+            from studio.tune_gpu import gpu_peaks
+            peaks = gpu_peaks()
+            if not args.quiet:
+                print(f"tune: the roofline's GPU peaks: {peaks.bandwidth / 1e9:.0f} GB/s copy, "
+                      f"{peaks.flops / 1e12:.1f} TFLOP/s float32 GEMM ({peaks.fingerprint})", file=sys.stderr)
+    cutouts = args.cutouts if args.cutouts is not None else 2 * measure if args.backend == "cpu" else 0
     evaluator = LocalEvaluator() if args.workers == 1 and not args.scheduler else \
         DaskEvaluator(args.workers, args.scheduler)
     try:
@@ -57,7 +71,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         res = search(model, evaluator=evaluator, db=db, objective=args.objective, budget=args.budget,
                      minutes=args.minutes, seed=args.seed, start=starts, beam=args.beam, batch=args.batch,
                      on_progress=on_progress, reps=args.reps, threads=args.threads,
-                     measure=measure, cutouts=args.cutouts if args.cutouts is not None else 2 * measure)
+                     measure=measure, cutouts=cutouts, backend=args.backend, peaks=peaks)
     finally:
         if bar is not None:
             bar.stop()
@@ -84,9 +98,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if not res.measured and chosen.key == res.baseline_candidate.key:
             print("cutouts: no sequence's kernels are cheaper than the recipe's; writing the recipe")
     for m in res.measured:
-        print(f"measured: exported step {m.candidate_ms:.1f} ms against the recipe's {m.recipe_ms:.1f} ms "
-              f"({m.ratio:.3f}x, paired spread {m.spread:.1%}, {m.threads} threads)"
-              + ("  <- chosen" if m.key == chosen.key else ""))
+        where = f"{m.threads} threads" if args.backend == "cpu" else f"on the GPU{f' ({m.device})' if m.device else ''}"
+        if m.note:
+            print(f"measured: a finalist was left out ({where}): {m.note}")
+            continue
+        print(f"measured: exported step {m.candidate_ms:.{3 if m.recipe_ms < 10 else 1}f} ms against the recipe's "
+              f"{m.recipe_ms:.{3 if m.recipe_ms < 10 else 1}f} ms ({m.ratio:.3f}x, paired spread {m.spread:.1%}, "
+              f"{where})" + ("  <- chosen" if m.key == chosen.key else ""))
     if res.measured and chosen.key == res.baseline_candidate.key:
         print("measured: no finalist beat the hand recipe's exported step by more than the noise; writing the recipe")
     print(f"wrote {args.output} ({session.cursor} steps, {session.metrics().bytes / 1e6:.2f} MB moved)")
@@ -96,6 +114,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0 if main(["replay", str(args.model), str(args.output), "--check", "--quiet",
                       *[f"--bind={b}" for b in args.bind],
                       *([f"--optimizer={args.optimizer}"] if args.optimizer else [])]) == 0 else 1
+
+
+def _cuda_problem(args: argparse.Namespace, measure: int) -> str | None:
+    """Why ``--backend cuda`` cannot be honoured as asked (checked before the search starts)."""
+    if args.cutouts:
+        return ("--cutouts times CPU kernels; with --backend cuda the finalists are timed as whole CUDA steps "
+                "(leave --cutouts out)")
+    if measure < 1:
+        return "--measure 0 times nothing on the GPU; give --measure K (K finalists) or leave --backend out"
+    from studio.tune_gpu import device_problem
+    problem = device_problem()
+    return (f"{problem}. The finalists' CUDA steps can only be timed on a machine with a CUDA device and CuPy; "
+            "leave --backend out to time them on the CPU") if problem else None
 
 
 def _fmt(value: float, objective: str) -> str:
@@ -131,8 +162,12 @@ def add_parser(sub) -> None:
     p.add_argument("--bind", action="append", default=[], metavar="NAME=N")
     p.add_argument("--optimizer", help="ORT optimizer_model.onnx (default: beside MODEL)")
     p.add_argument("--measure", type=int, default=None, metavar="K",
-                   help="time the K best sequences' exported CPU steps against the recipe's and write the fastest "
-                        "(default 3 with --objective time, else 0)")
+                   help="time the K best sequences' exported steps against the recipe's and write the fastest "
+                        "(default 3 with --objective time or --backend cuda, else 0)")
+    p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+                   help="where --measure times the steps: cpu (default), or cuda: CUDA packages on this machine's "
+                        "GPU, each checked there against the original model first; with --objective time the "
+                        "roofline then uses the GPU's measured peaks")
     p.add_argument("--cutouts", type=int, default=None, metavar="K",
                    help="with --objective time: price the recipe and the K best sequences by their kernels' times, "
                         "each distinct kernel measured once as a cutout on recorded inputs and kept in the database; "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import numpy as np
 
 from codegen.numba_cpu import threads as thread_control
 from codegen.timing.calibrate import Peaks
-from codegen.timing.stats import KernelTiming, Samples
+from codegen.timing.stats import KernelTiming, Samples, pair_spread
 from ir.graph import Graph
 from ir.serialize import dumps
 
@@ -197,8 +196,5 @@ def ab_ratio(a: Graph, b: Graph, feeds: Mapping[str, np.ndarray], *, reps: int =
         result, failure, _ = _run_worker(job, work, threads, timeout, cancel=cancel)
     if result is None:
         raise RuntimeError(f"A/B worker failed: {failure}")
-    pairs = [x / y for x, y in zip(result["a_ns"], result["b_ns"]) if y]
-    med = statistics.median(pairs) if pairs else float("nan")
     sa, sb = Samples.of(result["a_ns"]), Samples.of(result["b_ns"])
-    return ABResult(sa, sb, sa.median_s / sb.median_s, (max(pairs) - min(pairs)) / med if pairs else 0.0,
-                    result["threads"])
+    return ABResult(sa, sb, sa.median_s / sb.median_s, pair_spread(result["a_ns"], result["b_ns"]), result["threads"])

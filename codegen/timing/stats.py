@@ -49,6 +49,12 @@ class Samples:
         return Samples(statistics.median(xs), min(xs), max(xs), cv, len(xs))
 
 
+def pair_spread(a_ns: list[int] | list[float], b_ns: list[int] | list[float]) -> float:
+    """How much the paired A/B ratios scatter: (max - min) / median of ``a[i] / b[i]`` (0 without pairs)."""
+    pairs = [x / y for x, y in zip(a_ns, b_ns) if y]
+    return (max(pairs) - min(pairs)) / statistics.median(pairs) if pairs else 0.0
+
+
 @dataclass(frozen=True)
 class KernelTiming:
     node_id: str
