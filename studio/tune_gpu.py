@@ -9,9 +9,9 @@ runs ``python -m studio.tune_gpu ab DIR REPS BLOCK`` in a fresh process. There e
 - is checked on the device against the original model's outputs (the package's own ``--check``
   comparison, with its derived tolerances) on a replayed graph: a candidate that fails is never timed or
   chosen (ratio 0), and a recipe that fails stops the measurement with the check's report;
-- is timed in blocks of ``BLOCK`` steps, the two packages alternately (the order flips every round), by
-  the host clock around device-synchronized blocks: what a training loop sees, the input copies and the
-  graph launch included.
+- after at least ``WARM_S`` of steps of both (clocks up), is timed in blocks of ``BLOCK`` steps, the two
+  packages alternately (the order flips every round), by the host clock around device-synchronized
+  blocks: what a training loop sees, the input copies and the graph launch included.
 
 ``gpu_peaks`` measures the roofline's two ceilings on the device, in a fresh process too (a 512 MiB
 device-to-device copy, counting bytes read and written, and a 4096³ float32 cuBLAS GEMM, each the median
@@ -40,6 +40,7 @@ from ir.errors import StudioError
 RECIPE, CANDIDATE = "dcs_tune_recipe", "dcs_tune_candidate"
 BLOCK = 10              # steps per timed block (a CUDA-graph step of BERT-base is ~2 ms)
 WARMUP = 4              # steps per package before its check: both output sets used, then captured
+WARM_S = 1.0            # then both packages alternately for at least this long: clocks up before timing
 RESULT = "DCSTUDIO-RESULT "
 
 
@@ -157,7 +158,9 @@ def _load_side(cp, work: Path, name: str) -> dict:
     with contextlib.redirect_stdout(report):
         ok = bool(main.check(model, data))          # a replayed graph, against the original's truth
     lines = [ln for ln in report.getvalue().splitlines() if ln.startswith("FAIL") or "outputs match" in ln]
-    return {"model": model, "feeds": feeds, "ok": ok, "report": " | ".join(lines[:4])[:600]}
+    notes = importlib.import_module(f"{name}.model").L.GRAPH_NOTES
+    return {"model": model, "feeds": feeds, "ok": ok, "report": " | ".join(lines[:4])[:600],
+            "graph": "; ".join(map(str, notes))[:300] or "captured"}
 
 
 def _ab_child(work: Path, reps: int, block: int) -> dict:
@@ -168,6 +171,11 @@ def _ab_child(work: Path, reps: int, block: int) -> dict:
         raise SystemExit(f"the hand recipe's CUDA package fails its check on this GPU: {sides[0]['report']}")
     times: list[list[float]] = [[], []]
     timed = [k for k, s in enumerate(sides) if s["ok"]]
+    end = time.perf_counter() + WARM_S
+    while time.perf_counter() < end:
+        for k in timed:
+            sides[k]["model"].step(**sides[k]["feeds"])
+        cp.cuda.runtime.deviceSynchronize()
     for rnd in range(reps):
         for k in (timed if rnd % 2 == 0 else timed[::-1]):
             model, feeds = sides[k]["model"], sides[k]["feeds"]
@@ -178,7 +186,7 @@ def _ab_child(work: Path, reps: int, block: int) -> dict:
             cp.cuda.runtime.deviceSynchronize()
             times[k].append((time.perf_counter_ns() - t) / block)
     return {"device": _device_name(cp), "a_ns": times[0], "b_ns": times[1],
-            "checks": [{"ok": s["ok"], "report": s["report"]} for s in sides]}
+            "checks": [{"ok": s["ok"], "report": s["report"], "graph": s["graph"]} for s in sides]}
 
 
 def main(argv: list[str]) -> int:
