@@ -278,6 +278,8 @@ class Progress:
     best_candidate: Candidate | None = None
     kernels_measured: int = 0   # kernel structures timed in cutouts in this search
     kernels_reused: int = 0     # kernel structures whose time came from the database or an earlier cutout
+    timing: int = 0             # finalists whose whole steps are timed so far (reported before each one too)
+    timing_total: int = 0       # finalists to time
 
 
 @dataclass
@@ -428,9 +430,12 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
         finalists = sorted((c for c in finalists if price.get(c.key, bar) < bar), key=lambda c: (price[c.key], c.key))
     if measure and not stopped:
         finalists = finalists[:measure]
+        prog.timing_total = len(finalists)
         for c in finalists:
             if stop and stop():
                 break
+            if on_progress is not None:
+                on_progress(prog)
             hit = db.get_measured(context, c.key) if db is not None else None
             if hit is None:
                 hit = evaluator.measure(_measurer(backend), model, res.baseline_candidate, c, transfer, reps,
@@ -438,6 +443,7 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
                 if db is not None:
                     db.put_measured(context, hit)
             res.measured.append(hit)
+            prog.timing += 1
             if on_progress is not None:
                 on_progress(prog)
     return res

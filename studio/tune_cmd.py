@@ -48,16 +48,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     measure = args.measure if args.measure is not None else 3 if timed else 0
     peaks = None
     if args.backend == "cuda":
+        from ir.errors import StudioError
+        from studio.tune_gpu import ready
         problem = _cuda_problem(args, measure)
+        try:
+            peaks = None if problem else ready(args.objective)
+        except StudioError as e:
+            problem = f"{e}; leave --backend out to time them on the CPU"
         if problem:
             print(f"error: tune --backend cuda: {problem}", file=sys.stderr)
             return 2
-        if args.objective == "time":
-            from studio.tune_gpu import gpu_peaks
-            peaks = gpu_peaks()
-            if not args.quiet:
-                print(f"tune: the roofline's GPU peaks: {peaks.bandwidth / 1e9:.0f} GB/s copy, "
-                      f"{peaks.flops / 1e12:.1f} TFLOP/s float32 GEMM ({peaks.fingerprint})", file=sys.stderr)
+        if peaks is not None and not args.quiet:
+            print(f"tune: the roofline's GPU peaks: {peaks.bandwidth / 1e9:.0f} GB/s copy, "
+                  f"{peaks.flops / 1e12:.1f} TFLOP/s float32 GEMM ({peaks.fingerprint})", file=sys.stderr)
     cutouts = args.cutouts if args.cutouts is not None else 2 * measure if args.backend == "cpu" else 0
     evaluator = LocalEvaluator() if args.workers == 1 and not args.scheduler else \
         DaskEvaluator(args.workers, args.scheduler)
@@ -117,16 +120,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _cuda_problem(args: argparse.Namespace, measure: int) -> str | None:
-    """Why ``--backend cuda`` cannot be honoured as asked (checked before the search starts)."""
+    """Why the other options do not fit ``--backend cuda`` (checked before the device and the search)."""
     if args.cutouts:
         return ("--cutouts times CPU kernels; with --backend cuda the finalists are timed as whole CUDA steps "
                 "(leave --cutouts out)")
     if measure < 1:
         return "--measure 0 times nothing on the GPU; give --measure K (K finalists) or leave --backend out"
-    from studio.tune_gpu import device_problem
-    problem = device_problem()
-    return (f"{problem}. The finalists' CUDA steps can only be timed on a machine with a CUDA device and CuPy; "
-            "leave --backend out to time them on the CPU") if problem else None
+    return None
 
 
 def _fmt(value: float, objective: str) -> str:

@@ -50,6 +50,16 @@ def device_problem() -> str | None:
     return device_reason()
 
 
+def ready(objective: str):
+    """Before a search whose finalists are timed on the GPU: the GPU's ``Peaks`` for the time objective
+    (None for bytes), or StudioError saying why this machine cannot time them."""
+    problem = device_problem()
+    if problem:
+        raise StudioError(f"{problem}. The finalists' CUDA steps can only be timed on a machine with a CUDA "
+                          "device and CuPy")
+    return gpu_peaks() if objective == "time" else None
+
+
 def _child(args: list[str], timeout: float) -> dict:
     """Run ``python -m studio.tune_gpu ARGS`` and return its result (StudioError with its output's
     tail when it fails)."""

@@ -4,8 +4,10 @@ The scope is the layer the selected kernels share (``transforms.layers``: all of
 ``layer.3``, say), else the whole graph. The search starts from the graph as it is now (the
 steps applied so far stay), runs in this process on a background task (progress with the best so
 far, Cancel keeps what was found), and lists the best sequences with their bytes and the change
-against the graph now. Applying one pushes its passes as one undo macro: one Undo takes the
-whole sequence back, and the history file records every pass step.
+against the graph now; with Measure, that many of the best are then timed as whole exported steps
+against the recipe's (on the CPU, or on the GPU where CUDA runs) and the table shows the measured
+ratio. Applying one pushes its passes as one undo macro: one Undo takes the whole sequence back,
+and the history file records every pass step.
 """
 from __future__ import annotations
 
@@ -64,15 +66,30 @@ class TuneDialog(QDialog):
         self.seed = QSpinBox()
         self.seed.setRange(0, 1 << 30)
         form.addRow("Seed:", self.seed)
+        self.measure = QSpinBox()
+        self.measure.setRange(0, 8)
+        self.measure.setSpecialValueText("none (rank by the objective)")
+        self.measure.setSuffix(" best")
+        self.measure.setToolTip("After the search, time this many of the best sequences as whole exported training "
+                                "steps against the recipe's, alternately on recorded inputs (a BERT-base layer pair "
+                                "takes about half a minute on two CPU cores)")
+        form.addRow("Measure:", self.measure)
+        self.time_on = QComboBox()
+        self.time_on.addItems(["CPU (all cores)", "GPU (CUDA)"])
+        self.time_on.setToolTip("Where the measured steps run. The GPU needs a CUDA device and CuPy; each CUDA "
+                                "package is first checked there against the original model")
+        form.addRow("Time on:", self.time_on)
         self.progress = QProgressBar()
         self.status = QLabel("Start searches for pass sequences that move fewer bytes than the recipe.")
         self.status.setWordWrap(True)
-        self.table = QTableWidget(0, 3)
-        self.table.setHorizontalHeaderLabels(["Bytes", "Change", "Passes"])
+        self.table = QTableWidget(0, 4)
+        self.table.setHorizontalHeaderLabels(["Bytes", "Change", "Measured step", "Passes"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setColumnWidth(2, 250)
+        self.status.setMinimumHeight(3 * self.status.fontMetrics().lineSpacing())
         self.start_button, self.cancel_button = QPushButton("&Start"), QPushButton("&Cancel search")
         self.apply_button = QPushButton("&Apply selected")
         self.cancel_button.setEnabled(False)
@@ -90,7 +107,7 @@ class TuneDialog(QDialog):
         box.addWidget(self.status)
         box.addWidget(self.table)
         box.addWidget(buttons)
-        self.resize(760, 480)
+        self.resize(900, 600)
 
     # --- the search -------------------------------------------------------------------
     def start(self) -> None:
@@ -102,15 +119,25 @@ class TuneDialog(QDialog):
             return
         ref, budget = SessionRef(session, self.scope), self.budget.value()
         recipe = RECIPES[pick(session.graph)]
-        objective, seed = self.objective.currentText(), self.seed.value()
+        objective, seed, measure = self.objective.currentText(), self.seed.value(), self.measure.value()
+        backend = "cuda" if self.time_on.currentIndex() == 1 else "cpu"
 
         def work(token, progress):
             def seen(p) -> None:
+                if p.timing_total:
+                    progress(p.timing, p.timing_total, f"timing the best sequences' steps against the recipe's "
+                             f"on the {'GPU' if backend == 'cuda' else 'CPU'}: {p.timing} of {p.timing_total} done")
+                    return
                 best = p.best.value if p.best is not None else float("nan")
                 progress(p.evaluated + p.reused, budget, f"{p.evaluated + p.reused} of {budget} sequences; best "
                          + (f"{best / 1e6:.2f} MB" if objective == "bytes" else f"{best * 1e3:.3f} ms (roofline)"))
+            peaks = None
+            if backend == "cuda" and measure:
+                from studio.tune_gpu import ready
+                peaks = ready(objective)
             res = search(ref, evaluator=LocalEvaluator(), objective=objective, budget=budget, seed=seed,
-                         start=(recipe,), on_progress=seen, stop=lambda: token.cancelled)
+                         start=(recipe,), on_progress=seen, stop=lambda: token.cancelled, measure=measure,
+                         backend=backend, peaks=peaks)
             progress.partial(res)       # also when cancelled: the task then reports no result of its own
             return res
         self.table.setRowCount(0)
@@ -133,6 +160,7 @@ class TuneDialog(QDialog):
             self.status.setText("Stopping after the sequence in hand…")
 
     def _progressed(self, done: int, total: int, what: str) -> None:
+        self.progress.setRange(0, total)
         self.progress.setValue(min(done, total))
         self.status.setText(what)
 
@@ -147,12 +175,13 @@ class TuneDialog(QDialog):
     def _done(self, res) -> None:
         self.result = res
         now = self.window_.session.metrics().bytes
+        timed = {m.key: m for m in res.measured}
         self.table.setRowCount(0)
         for cand, score in res.table[:SHOWN]:
             row = self.table.rowCount()
             self.table.insertRow(row)
             cells = (f"{score.bytes / 1e6:.2f} MB", f"{(score.bytes - now) / 1e6:+.2f} MB",
-                     ", ".join(p.transformation for p in cand.passes))
+                     _measured_cell(cand, timed, res), ", ".join(p.transformation for p in cand.passes))
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, row)
@@ -163,7 +192,7 @@ class TuneDialog(QDialog):
         how = "stopped early; the best found so far" if res.stopped else "done"
         self.status.setText(f"{how}: {res.progress.evaluated} sequences evaluated. The best moves "
                             f"{res.score.bytes / 1e6:.2f} MB, {(res.score.bytes - now) / 1e6:+.2f} MB against now "
-                            f"(the recipe from here: {res.baseline.bytes / 1e6:.2f} MB).")
+                            f"(the recipe from here: {res.baseline.bytes / 1e6:.2f} MB)." + _timed_summary(res))
 
     # --- applying a result ------------------------------------------------------------
     def apply_selected(self) -> int:
@@ -195,6 +224,34 @@ class TuneDialog(QDialog):
         if self.task is not None:
             self.task.cancel()
         super().done(code)
+
+
+def _measured_cell(cand, timed: dict, res) -> str:
+    """The measured-step column: the finalist's step against the recipe's, or why it was left out."""
+    if res.measured and cand.key == res.baseline_candidate.key:
+        return "the recipe (baseline)"
+    m = timed.get(cand.key)
+    if m is None:
+        return ""
+    if m.note:
+        return f"left out: {m.note}"
+    digits = 2 if m.recipe_ms < 10 else 1
+    return f"{m.ratio:.3f}x: {m.candidate_ms:.{digits}f} ms, recipe {m.recipe_ms:.{digits}f} ms"
+
+
+def _timed_summary(res) -> str:
+    ok = [m for m in res.measured if not m.note]
+    if not res.measured:
+        return ""
+    where = f"the GPU ({res.measured[0].device})" if res.measured[0].device else \
+        f"the CPU ({res.measured[0].threads} threads)"
+    head = f" Timed {len(res.measured)} of the best as whole steps against the recipe's on {where}"
+    if not ok:
+        return head + ": none could be timed."
+    fastest = max(ok, key=lambda m: m.ratio)
+    verdict = "it beats the noise" if res.chosen.key == fastest.key else \
+        "none beats the recipe by more than the noise of the paired steps"
+    return head + f": the fastest {fastest.ratio:.3f}x ({verdict})."
 
 
 def _applied(session: Session, p, scope):

@@ -1,10 +1,12 @@
 """Tools → Tune this scope… (``studio/gui/qt_tune.py``): a real search on the MLP AdamW step from the
 graph as it stands, with progress; Cancel keeps the best found so far; applying a result is one undo
-macro (one Undo takes every pass back, Redo puts them back)."""
+macro (one Undo takes every pass back, Redo puts them back); with Measure, the best are timed as whole
+exported steps against the recipe's and the table shows the measured ratio."""
 from __future__ import annotations
 
 import pytest
 
+from codegen.cupy_cuda.profile import device_reason
 from studio.gui.qt_tune import TuneDialog, scope_of
 from studio.session import Session
 
@@ -62,3 +64,36 @@ def test_scope_is_the_layer_the_selection_shares():
     assert scope_of(["encoder/layer.2/attn/MatMul", "encoder/layer.2/ffn/Add"]) == "layer.2"
     assert scope_of(["encoder/layer.2/attn/MatMul", "encoder/layer.3/ffn/Add"]) is None
     assert scope_of(["loss/ReduceMean"]) is None and scope_of([]) is None
+
+
+@pytest.mark.slow
+def test_the_best_are_timed_as_whole_steps_against_the_recipe(qtbot, window):
+    d = _dialog(window)
+    d.budget.setValue(6)
+    d.measure.setValue(1)
+    d.start_button.click()
+    qtbot.waitUntil(lambda: d.task is None, timeout=600000)
+    res = d.result
+    assert res is not None and not res.stopped and len(res.measured) == 1
+    m = res.measured[0]
+    assert m.ratio > 0 and m.recipe_ms > 0 and m.candidate_ms > 0 and m.threads >= 1 and not m.note
+    cells = {d.table.item(r, 3).text(): d.table.item(r, 2).text() for r in range(d.table.rowCount())}
+    measured = [c for c in cells.values() if c.startswith(f"{m.ratio:.3f}x: ") and c.endswith(" ms")]
+    assert len(measured) == 1 and "the recipe (baseline)" in cells.values()
+    assert sum(1 for c in cells.values() if c) == 2          # only the timed rows say anything
+    assert "Timed 1 of the best as whole steps against the recipe's on the CPU" in d.status.text()
+    assert d.progress.maximum() == 1 and d.progress.value() == 1
+    d.close()
+
+
+@pytest.mark.skipif(device_reason() is None, reason="a CUDA device is present: this checks the message where there is none")
+def test_timing_on_a_missing_gpu_says_why(qtbot, window):
+    d = _dialog(window)
+    d.budget.setValue(3)
+    d.measure.setValue(1)
+    d.time_on.setCurrentIndex(1)
+    d.start_button.click()
+    qtbot.waitUntil(lambda: d.task is None, timeout=120000)
+    assert d.result is None
+    assert d.status.text().startswith("The search failed: ") and "CUDA device" in d.status.text()
+    d.close()
