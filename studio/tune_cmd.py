@@ -46,25 +46,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     timed = args.objective == "time" or args.backend == "cuda"
     measure = args.measure if args.measure is not None else 3 if timed else 0
-    peaks = None
-    if args.backend == "cuda":
-        from ir.errors import StudioError
-        from studio.tune_gpu import ready
-        problem = _cuda_problem(args, measure)
-        try:
-            peaks = None if problem else ready(args.objective)
-        except StudioError as e:
-            problem = f"{e}; leave --backend out to time them on the CPU"
-        if problem:
-            print(f"error: tune --backend cuda: {problem}", file=sys.stderr)
-            return 2
-        if peaks is not None and not args.quiet:
-            print(f"tune: the roofline's GPU peaks: {peaks.bandwidth / 1e9:.0f} GB/s copy, "
-                  f"{peaks.flops / 1e12:.1f} TFLOP/s float32 GEMM ({peaks.fingerprint})", file=sys.stderr)
+    problem = _cuda_problem(args, measure) if args.backend == "cuda" else None
+    if problem:
+        print(f"error: tune --backend cuda: {problem}", file=sys.stderr)
+        if db is not None:
+            db.close()
+        return 2
     cutouts = args.cutouts if args.cutouts is not None else 2 * measure if args.backend == "cpu" else 0
     evaluator = LocalEvaluator() if args.workers == 1 and not args.scheduler else \
         DaskEvaluator(args.workers, args.scheduler)
     try:
+        peaks = None
+        if args.backend == "cuda":
+            from ir.errors import StudioError
+            from studio.tune_gpu import ready
+            try:                            # where the steps will be timed: a worker holding `measure`
+                peaks = evaluator.measure(ready, args.objective)
+            except StudioError as e:
+                print(f"error: tune --backend cuda on {evaluator.name}: {e}; leave --backend out to time "
+                      "them on the CPU", file=sys.stderr)
+                return 2
+            if peaks is not None and not args.quiet:
+                print(f"tune: the roofline's GPU peaks: {peaks.bandwidth / 1e9:.0f} GB/s copy, "
+                      f"{peaks.flops / 1e12:.1f} TFLOP/s float32 GEMM ({peaks.fingerprint})", file=sys.stderr)
         if not args.quiet:
             print(f"tune: {args.objective}, budget {args.budget or '-'} evaluations"
                   f"{f', {args.minutes:g} min' if args.minutes else ''}, seed {args.seed}, on {evaluator.name}"

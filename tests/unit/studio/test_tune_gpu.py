@@ -55,11 +55,13 @@ def test_cli_refuses_what_it_cannot_honour_before_searching(model, tmp_path, cap
 
 
 @pytest.mark.skipif(NO_GPU is None, reason="a CUDA device is present: this checks the message where there is none")
-def test_cli_without_a_device_says_why_and_writes_nothing(model, tmp_path, capsys):
+@pytest.mark.parametrize("workers", ["1", "2"])      # 2: asked on a Dask worker, where the steps would run
+def test_cli_without_a_device_says_why_and_writes_nothing(model, tmp_path, capsys, workers):
     out = tmp_path / "h.json"
-    assert main(["tune", model.path, "-o", str(out), "--no-db", "--workers", "1", "--backend", "cuda"]) == 2
+    assert main(["tune", model.path, "-o", str(out), "--no-db", "--workers", workers, "--backend", "cuda"]) == 2
     err = capsys.readouterr().err
     assert NO_GPU in err and "leave --backend out" in err
+    assert ("LocalCluster" in err) == (workers == "2")
     assert not out.exists()
 
 
