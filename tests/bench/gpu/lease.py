@@ -14,7 +14,9 @@ Run on the device machine (``README.md`` beside this file says how) over a kit b
   of the same bytes, then the whole step (plain and as a captured CUDA graph) against PyTorch
   eager and ``torch.compile`` on the same GPU, interleaved (``bert.json``);
 - ``variants``: that step's row kernels printed with one launch-shape knob changed at a time and
-  timed the same way (``variants.py``, ``variants.json``).
+  timed the same way (``variants.py``, ``variants.json``);
+- ``tune``: ``dcstudio tune --objective time --backend cuda`` on the bundled example (BERT-base layer),
+  its finalists timed on the GPU against the hand recipe's step (``tune.log``, ``tuned.json``).
 
 The last lines printed are a short table (the tool returns the end of the output).
 """
@@ -42,7 +44,7 @@ REPO = Path(__file__).resolve().parents[3]
 CUDA_TESTS = ["tests/unit/codegen/test_cuda_compile.py", "tests/unit/codegen/test_cuda_library.py",
               "tests/unit/codegen/test_cuda_reductions.py", "tests/unit/codegen/test_cuda_convolution.py",
               "tests/unit/codegen/test_cuda_device_ops.py",
-              "tests/unit/codegen/test_wcr_kinds.py"]
+              "tests/unit/codegen/test_wcr_kinds.py", "tests/unit/studio/test_tune_gpu.py"]
 T0 = time.perf_counter()
 
 
@@ -362,6 +364,22 @@ def bert(out: Path, work: Path, budget_end: float) -> dict:
     return doc
 
 
+def tune_phase(out: Path, end: float) -> list[str]:
+    """``dcstudio tune`` timing its finalists on this GPU; its summary lines."""
+    cmd = [sys.executable, "-m", "studio.cli", "tune", str(REPO / "resources/examples/bert_layer_base_train.onnx"),
+           "-o", str(out / "tuned.json"), "--objective", "time", "--backend", "cuda", "--budget", "24",
+           "--measure", "3", "--workers", "1", "--no-db"]
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max(60, end - time.perf_counter()))
+        text = proc.stdout + proc.stderr + f"\nexit {proc.returncode}"
+    except subprocess.TimeoutExpired as e:
+        told = [x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr)]
+        text = "".join(told) + f"\nstopped after {e.timeout:.0f} s"
+    (out / "tune.log").write_text(text, encoding="utf-8")
+    log("tune done")
+    return [ln for ln in text.splitlines() if ln.startswith(("tune:", "measured:", "check:", "exit", "stopped"))]
+
+
 def variants_phase(kit: Path, work: Path, out: Path) -> str:
     """The launch-shape variants of the BERT-base step's row kernels (``variants.py``)."""
     import cupy as cp
@@ -378,7 +396,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("kit")
     ap.add_argument("out")
-    ap.add_argument("--phases", default="tests,sweep,bert,variants")
+    ap.add_argument("--phases", default="tests,sweep,bert,variants,tune")
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--budget", type=float, default=480, help="seconds; later phases shrink to fit")
@@ -420,6 +438,7 @@ def main(argv=None) -> int:
         except Exception:  # noqa: BLE001
             variants_table = "variants failed:\n" + traceback.format_exc()[-2000:]
         log("variants timed")
+    tuned = tune_phase(out, end) if "tune" in phases and time.perf_counter() < end - 60 else []
     if tests is not None:
         try:
             tests.wait(timeout=max(1, end - time.perf_counter()))
@@ -440,6 +459,9 @@ def main(argv=None) -> int:
     if variants_table:
         print("---- variants (µs, % of a same-run copy of the same bytes)")
         print(variants_table)
+    if tuned:
+        print("---- tune (BERT-base layer, --objective time --backend cuda)")
+        print("\n".join(tuned))
     if doc:
         print("---- bert", json.dumps({k: v for k, v in doc.items() if k != "kernels"})[:2500])
         for k in sorted(doc.get("kernels", []), key=lambda k: -k.get("us", 0))[:25]:
