@@ -377,7 +377,7 @@ def tune_phase(out: Path, end: float) -> list[str]:
         text = "".join(told) + f"\nstopped after {e.timeout:.0f} s"
     (out / "tune.log").write_text(text, encoding="utf-8")
     log("tune done")
-    return [ln for ln in text.splitlines() if ln.startswith(("tune:", "measured:", "check:", "exit", "stopped"))]
+    return [ln for ln in text.splitlines() if ln.startswith(("tune:", "measured:", "check:", "error", "exit", "stopped"))]
 
 
 def variants_phase(kit: Path, work: Path, out: Path) -> str:
