@@ -63,7 +63,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             try:                            # where the steps will be timed: a worker holding `measure`
                 peaks = evaluator.measure(ready, args.objective)
             except StudioError as e:
-                print(f"error: tune --backend cuda on {evaluator.name}: {e}; leave --backend out to time "
+                print(f"error: tune --backend cuda ({evaluator.name}): {e}; leave --backend out to time "
                       "them on the CPU", file=sys.stderr)
                 return 2
             if peaks is not None and not args.quiet:
