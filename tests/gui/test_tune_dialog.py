@@ -89,6 +89,9 @@ def test_the_best_are_timed_as_whole_steps_against_the_recipe(qtbot, window):
 @pytest.mark.skipif(device_reason() is None, reason="a CUDA device is present: this checks the message where there is none")
 def test_timing_on_a_missing_gpu_says_why(qtbot, window):
     d = _dialog(window)
+    item = d.time_on.model().item(1)
+    qtbot.waitUntil(lambda: not item.isEnabled(), timeout=60000)    # found out off the GUI thread
+    assert device_reason() in item.toolTip()
     d.budget.setValue(3)
     d.measure.setValue(1)
     d.time_on.setCurrentIndex(1)
