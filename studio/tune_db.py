@@ -97,7 +97,10 @@ class ResultsDB:
         from studio.tune import Measured
         row = self._db.execute("SELECT recipe_ms, candidate_ms, ratio, spread, threads FROM measurements "
                                "WHERE context = ? AND candidate = ?", (context, candidate)).fetchone()
-        return Measured(candidate, *row) if row else None
+        if not row:
+            return None
+        failed = "it failed its check against the original model when it was measured" if row[2] == 0 else ""
+        return Measured(candidate, *row, "", failed)
 
     def put_measured(self, context: str, m) -> None:
         self._db.execute("INSERT OR REPLACE INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

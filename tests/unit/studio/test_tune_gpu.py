@@ -85,6 +85,17 @@ def test_a_finalist_that_fails_on_the_gpu_is_never_chosen():
     assert res.chosen.key == other.key
 
 
+def test_a_failed_finalist_stays_left_out_when_read_back(tmp_path):
+    from studio.tune_db import ResultsDB
+    db = ResultsDB(tmp_path / "tune.sqlite")
+    db.put_measured("ctx", Measured("bad", 2.0, float("inf"), 0.0, 0.0, 0, "GPU", "its check failed"))
+    db.put_measured("ctx", Measured("good", 2.0, 1.0, 2.0, 0.01, 0, "GPU"))
+    bad, good = db.get_measured("ctx", "bad"), db.get_measured("ctx", "good")
+    db.close()
+    assert bad.ratio == 0.0 and bad.candidate_ms == float("inf") and "failed its check" in bad.note
+    assert good.ratio == 2.0 and good.note == ""
+
+
 def test_pair_spread_and_the_child_usage():
     assert pair_spread([2.0, 4.0], [1.0, 1.0]) == pytest.approx(2.0 / 3.0)
     assert pair_spread([], []) == 0.0
