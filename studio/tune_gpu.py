@@ -18,8 +18,8 @@ device-to-device copy, counting bytes read and written, and a 4096³ float32 cuB
 of repeated runs on random data), so that ``--objective time`` ranks candidates by the GPU's balance of
 bandwidth and arithmetic, not the CPU's. ``device_problem`` says why none of this can run here.
 
-This process never creates a CUDA context: the measurements run in children, so the search's own
-workers and the final CPU check keep the machine as they found it.
+The measurements run in child processes: this process only asks CuPy whether a device exists, so the
+search's own workers and the final CPU check keep the machine as they found it.
 """
 from __future__ import annotations
 
