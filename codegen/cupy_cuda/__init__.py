@@ -15,6 +15,8 @@ with ``cupy.RawKernel`` at run time) → ``profile`` (CUDA-event timings on a de
                      copied into exported packages as ``_lib.py``
 - ``export.py``      ``export_package`` with the CUDA backend (kernel launchers)
 - ``profile.py``     ``cupyx.profiler.benchmark`` timings as ``codegen.timing`` Samples
+- ``ab.py``          a child process timing two exported CUDA packages alternately (each checked
+                     on the device first) and the device's copy/GEMM peaks (``tune --backend cuda``)
 
 cupy is imported only inside functions here (``library.py`` is imported only by
 generated packages), so importing this package does not import cupy.

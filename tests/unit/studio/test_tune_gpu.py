@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from codegen.cupy_cuda.ab import main as child_main
 from codegen.cupy_cuda.profile import device_reason
 from codegen.timing.stats import pair_spread
 from studio.cli import main
@@ -17,7 +18,6 @@ from studio.recipe import SUBSTATION, Pass
 from studio.tune import Candidate, Measured, ModelRef, Progress, TuneResult, context_key
 from studio.tune_db import Score
 from studio.tune_gpu import CANDIDATE, RECIPE, export_pair, gpu_peaks, measure_pair_cuda
-from studio.tune_gpu import main as child_main
 
 NO_GPU = device_reason()
 FUSE = Candidate.of([Pass("expand"), Pass("map_fusion")])
