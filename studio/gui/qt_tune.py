@@ -30,9 +30,12 @@ class SessionRef:
     def __init__(self, session: Session, scope: str | None) -> None:
         self.graph, self.model_path, self.scope = session.graph.clone(), session.model_path, scope
         self.bindings, self.optimizer = (), None
+        self.training = session.training        # how the original was made: what a check compares with
 
     def open(self) -> Session:
-        return Session(self.graph.clone(), model_path=self.model_path, autosave=False)
+        s = Session(self.graph.clone(), model_path=self.model_path, autosave=False)
+        s.training = self.training
+        return s
 
 
 def scope_of(ids) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from codegen.cupy_cuda.profile import device_reason
-from studio.gui.qt_tune import TuneDialog, scope_of
+from studio.gui.qt_tune import SessionRef, TuneDialog, scope_of
 from studio.session import Session
 
 
@@ -100,3 +100,13 @@ def test_timing_on_a_missing_gpu_says_why(qtbot, window):
     assert d.result is None
     assert d.status.text().startswith("The search failed: ") and "CUDA device" in d.status.text()
     d.close()
+
+
+def test_a_scope_session_checks_against_the_same_original(window):
+    """A package measured from the dialog (the GPU's is checked against the original model) must compare
+    with the model the window's session compares with: a forward model's generated training step."""
+    s = window.session
+    s.training = {"loss": "mse", "optimizer": "adamw"}
+    opened = SessionRef(s, None).open()
+    assert opened.training == s.training and opened.model_path == s.model_path
+    assert opened.graph is not s.graph and opened.metrics().bytes == s.metrics().bytes
