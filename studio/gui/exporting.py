@@ -172,5 +172,15 @@ def gpu_known() -> bool:
     return "reason" in _gpu
 
 
-__all__ = ["Cancelled", "ExportError", "check_command", "default_name", "export_session", "gpu_reason",
+def find_gpu(window, found) -> None:
+    """Call ``found(gpu_reason())``: at once when it is known, else once a task of ``window`` (off the GUI
+    thread: importing CuPy and asking the driver take a while) has found out."""
+    if gpu_known():
+        found(gpu_reason())
+        return
+    task = window.run_task("Looking for a CUDA device", lambda token, progress: gpu_reason(), track=False)
+    task.succeeded.connect(found)
+
+
+__all__ = ["Cancelled", "ExportError", "check_command", "default_name", "export_session", "find_gpu", "gpu_reason",
            "name_problem", "target_note", "target_problem", "verdict"]

@@ -42,7 +42,7 @@ class QtExportDialog(QDialog):
         self.check_timeout_ms = CHECK_TIMEOUT_MS
         self._build(folder or str(Path(window.session.model_path or ".").absolute().parent))
         self._validate()
-        self._find_gpu()
+        exporting.find_gpu(self.window_, self._gpu_found)
         window.installEventFilter(self)            # the window closing closes this first (kills the check)
 
     # --- construction -----------------------------------------------------------------
@@ -111,14 +111,6 @@ class QtExportDialog(QDialog):
             self.message.setStyleSheet("")
         self.export_button.setEnabled(problem is None and self.state in ("idle", "done"))
         return problem is None
-
-    def _find_gpu(self) -> None:
-        if exporting.gpu_known():
-            self._gpu_found(exporting.gpu_reason())
-            return
-        task = self.window_.run_task("Looking for a CUDA device", lambda token, progress: exporting.gpu_reason(),
-                                     track=False)
-        task.succeeded.connect(self._gpu_found)
 
     def _gpu_found(self, reason: str | None) -> None:
         self.cuda.setEnabled(reason is None and self.state in ("idle", "done"))

@@ -82,7 +82,8 @@ class TuneDialog(QDialog):
         self.time_on.setToolTip("Where the measured steps run. The GPU needs a CUDA device and CuPy; each CUDA "
                                 "package is first checked there against the original model")
         form.addRow("Time on:", self.time_on)
-        self._find_gpu()
+        from studio.gui.exporting import find_gpu
+        find_gpu(window, self._gpu_found)      # GPU (CUDA) disabled once it is known there is none
         self.progress = QProgressBar()
         self.status = QLabel("Start searches for pass sequences that move fewer bytes than the recipe.")
         self.status.setWordWrap(True)
@@ -113,17 +114,8 @@ class TuneDialog(QDialog):
         box.addWidget(buttons)
         self.resize(900, 600)
 
-    def _find_gpu(self) -> None:
-        """Disable "GPU (CUDA)" once it is known that this machine has none (asked off the GUI thread)."""
-        from studio.gui import exporting
-        if exporting.gpu_known():
-            self._gpu_found(exporting.gpu_reason())
-            return
-        task = self.window_.run_task("Looking for a CUDA device", lambda token, progress: exporting.gpu_reason(),
-                                     track=False)
-        task.succeeded.connect(self._gpu_found)
-
     def _gpu_found(self, reason: str | None) -> None:
+        """Disable "GPU (CUDA)" once it is known that this machine has none."""
         item = self.time_on.model().item(1)
         item.setEnabled(reason is None)
         item.setToolTip(f"CUDA is unavailable: {reason}" if reason else "A CUDA device is available")
