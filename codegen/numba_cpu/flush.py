@@ -14,11 +14,18 @@ into kernel modules like the fastmath forms and decides when the module is impor
 machine is x86-64 (elsewhere they do nothing), so an exported package runs anywhere. They wrap
 the kernel's loops only (``around_loops``): buffer allocations before them may raise, and then
 nothing was changed. A ``prange`` kernel does not flush: OpenMP workers would inherit the bits
-for good, and chunks would round differently depending on the thread that ran them.
+for good, and chunks would round differently depending on the thread that ran them — except one
+whose every ``prange`` iteration sets and restores the bits itself (``CHUNK_ON``/``CHUNK_OFF``, the
+row chunks of ``schedules._row_split``): then every chunk flushes, on whichever thread, and no
+worker keeps the bits. Without the flush the BERT-base GELU gradient split over 2 threads took
+9.4 ms on its recorded inputs against 5.6 ms on random ones.
 """
 from __future__ import annotations
 
 HELPERS = ("_ftz_on", "_ftz_off")
+CHUNK_ON, CHUNK_OFF = "# flush: chunk on", "# flush: chunk off"
+"""Markers a schedule prints at the start and end of a ``prange`` iteration that may flush on its own
+(``chunks``)."""
 
 SOURCE = '''import platform as _platform
 
@@ -69,6 +76,22 @@ def around_loops(lines: list[str]) -> list[str]:
     loop and off after the last line."""
     first = next((k for k, line in enumerate(lines) if line.startswith("    for ")), 0)
     return lines[:first] + ["    mx = _ftz_on()"] + lines[first:] + ["    _ftz_off(mx)"]
+
+
+def chunks(lines: list[str], forms: bool) -> tuple[list[str], bool]:
+    """``lines`` with the chunk markers made flush calls where the kernel calls fastmath forms (else
+    dropped), and whether any chunk flushes."""
+    out, on = [], False
+    for line in lines:
+        text = line.strip()
+        if text in (CHUNK_ON, CHUNK_OFF):
+            if forms:
+                pad = line[:len(line) - len(line.lstrip())]
+                out.append(pad + ("mxc = _ftz_on()" if text == CHUNK_ON else "_ftz_off(mxc)"))
+                on = True
+            continue
+        out.append(line)
+    return out, on
 
 
 def source_of(name: str) -> str:

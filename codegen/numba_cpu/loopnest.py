@@ -170,8 +170,9 @@ def identity_literal(wcr: str | None, dt: str) -> str:
 
 
 def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
-    """Loops over ``m``'s params, its locals, then its body (the default schedule)."""
-    opened = 0
+    """Loops over ``m``'s params, its locals, then its body (the default schedule). A ``prange`` iteration
+    that runs loops flushes on its own (``flush.chunks``); one point per iteration would not vectorize."""
+    opened, chunk = 0, None
     for k, (p, r) in enumerate(m.params):
         name = f"p{len(nest.params)}"
         start, stop = r.start, r.stop
@@ -183,13 +184,20 @@ def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
         nest.w.line(f"for {name} in {loop}({lo}{hi}{step}):")
         nest.w.depth += 1
         opened += 1
+        if loop == "prange" and (len(m.params) > 1 or any(isinstance(s, MapNode) for s in m.body)):
+            chunk = nest.w.depth
+            nest.w.line(flush.CHUNK_ON)
     declare_locals(nest, m)
     for stmt in m.body:
         if isinstance(stmt, MapNode):
             scope(nest, stmt, False, parallel)
         else:
             tasklet_line(nest, stmt)
-    nest.w.depth -= opened
+    if chunk is not None:
+        nest.w.depth = chunk
+        nest.w.line(flush.CHUNK_OFF)
+        nest.w.depth -= 1
+    nest.w.depth -= opened - 1 if chunk is not None else opened
 
 
 def declare_locals(nest: Nest, m: MapNode) -> None:
@@ -293,7 +301,8 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
     forms = bool(nest.helpers & set(FORMS))
     if forms:                                     # fastmath forms: the opaque zero (see ZERO)
         nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
-    flushes = forms and not par                   # subnormals flushed on this thread only (flush.py)
+    nest.w.lines, chunked = flush.chunks(nest.w.lines, forms)
+    flushes = forms and (not par or chunked)      # this thread only, or every chunk too (flush.py)
     if flushes:
         nest.helpers |= set(flush.HELPERS)
     args = list(nest.arrays.values()) + [f"n{k}" for k in range(len(nest.extents))]

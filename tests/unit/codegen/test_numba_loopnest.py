@@ -225,6 +225,49 @@ def test_column_reductions_run_whole_rows_or_blocks(columns):
     _same_as_reference(g, 1e-5)
 
 
+def test_column_reduction_splits_its_rows_across_threads(monkeypatch):
+    """In a parallel kernel a large row sweep of a column reduction runs as ``prange`` over a fixed number
+    of row chunks, each summing into its own partials (combined in chunk order): the same bits on 1 and
+    2 threads, the reference's values, and every chunk flushes subnormals itself (it calls a fast form).
+    A sweep of fewer than ``ROW_SPLIT_MIN`` points stays serial."""
+    from codegen.numba_cpu import flush, schedules
+    g, fused = _gelu_column_sum([600, 300], [], [vi("gx", [600, 300])])
+    assert fused
+    (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode) and schedules.choose(n) == "columns"]
+    assert 600 * 300 < schedules.ROW_SPLIT_MIN and not kernel_source(m, g, parallel=True).parallel
+    monkeypatch.setattr(schedules, "ROW_SPLIT_MIN", 600 * 300)
+    ks = kernel_source(m, g, parallel=True)
+    assert ks.parallel and "for ck in prange(nch0):" in ks.source
+    assert "mxc = _ftz_on()" in ks.source and "_ftz_off(mxc)" in ks.source
+    assert flush.CHUNK_ON not in ks.source and f"min({schedules.ROW_CHUNKS}, " in ks.source
+    feeds = feeds_for(g)
+    runs = [CompiledGraph(g, threads=n).run(feeds) for n in (1, 2)]
+    assert all(np.array_equal(runs[0][k], runs[1][k]) for k in runs[0])
+    assert compare(reference(g, feeds), runs[1], 1e-5) == []
+
+
+def test_column_map_keeping_a_last_row_stays_serial():
+    """A sweep writing a column's value at every row without a wcr (the last row wins) cannot be split."""
+    from codegen.numba_cpu import kernel_cache, schedules
+    rows, cols = 400, 200
+    g = Graph("g")
+    g.add_container(Container("x", (rows, cols), "float32", Role.INPUT))
+    g.add_container(Container("y", (cols,), "float32", Role.OUTPUT))
+    g.inputs, g.outputs = ["x"], ["y"]
+    r, c = E.Var("r"), E.Var("c")
+    sweep = MapNode("s", [("r", Range.of(0, rows))], [Tasklet("t", E.Var("a"), {"a": Memlet("x", (r, c))},
+                                                                  Memlet("y", (c,)))])
+    m = MapNode("m", [("c", Range.of(0, cols))], [sweep])
+    finalize(m, g)
+    assert schedules.choose(m) == "columns"
+    ks = kernel_source(m, g, parallel=True)
+    assert not ks.parallel and "prange" not in ks.source
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    y = np.zeros(cols, np.float32)
+    kernel_cache.load(ks)(*[{"x": x, "y": y}[a] for a in ks.arrays], *ks.extents)
+    np.testing.assert_array_equal(y, x[-1])
+
+
 def _bias_residual_layernorm(shape=(6, 40)) -> Graph:
     """bias + residual + LayerNorm, fused into one map over rows (three sweeps per row)."""
     from tests.peer.test_export_fixtures import fuse_everything
