@@ -114,6 +114,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
               f"{where})" + ("  <- chosen" if m.key == chosen.key else ""))
     if res.measured and chosen.key == res.baseline_candidate.key:
         print("measured: no finalist beat the hand recipe's exported step by more than the noise; writing the recipe")
+    if args.objective == "time" and args.backend == "cpu" and measure > 0 and not res.stopped:
+        _print_headroom(model, res, args)
     print(f"wrote {args.output} ({session.cursor} steps, {session.metrics().bytes / 1e6:.2f} MB moved)")
     if args.no_check:
         return 0
@@ -121,6 +123,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0 if main(["replay", str(args.model), str(args.output), "--check", "--quiet",
                       *[f"--bind={b}" for b in args.bind],
                       *([f"--optimizer={args.optimizer}"] if args.optimizer else [])]) == 0 else 1
+
+
+def _print_headroom(model, res, args: argparse.Namespace) -> None:
+    """The most any history could gain over the hand recipe here (``studio.headroom``), measured on its step."""
+    from studio import headroom
+    from studio.tune import applied
+    try:
+        h = headroom.measure(applied(model, res.baseline_candidate, res.transfer).graph, args.threads, args.reps)
+    except (RuntimeError, ValueError) as e:
+        print(f"headroom: not measured ({e})")
+        return
+    print(f"headroom: of the hand recipe, {h.text()}")
 
 
 def _cuda_problem(args: argparse.Namespace, measure: int) -> str | None:

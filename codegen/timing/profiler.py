@@ -58,6 +58,7 @@ class Profile:
     peaks: Peaks | None = None
     failures: list[str] = field(default_factory=list)
     workers: int = 1
+    step_ns: list = field(default_factory=list)     # each timed step, aligned with each kernel's extra["samples_ns"]
 
     def by_id(self) -> dict[str, KernelTiming]:
         return {k.node_id: k for k in self.kernels}
@@ -171,7 +172,8 @@ def _assemble(result: dict, failed: dict[int, str], peaks: Peaks | None, workers
         out.append(KernelTiming(st["node_id"], st["label"], st["kind"], samples, st["bytes"], st["flops"],
                                 peaks.bandwidth if peaks else 0.0, peaks.flops if peaks else 0.0, error,
                                 {"start_ns": st["start_ns"], "samples_ns": st["samples_ns"]}))
-    return Profile(out, Samples.of(result["step_ns"]), result["threads"], peaks, failures, workers)
+    return Profile(out, Samples.of(result["step_ns"]), result["threads"], peaks, failures, workers,
+                   list(result["step_ns"]))
 
 
 @dataclass(frozen=True)

@@ -150,8 +150,8 @@ def test_cli_writes_a_history_that_replays_with_check(fixtures_dir, tmp_path, ca
 
 @pytest.mark.slow
 def test_cli_time_objective_reports_kernel_cutouts(fixtures_dir, tmp_path, capsys):
-    """``--objective time --cutouts 2``: the line naming how many kernel structures were measured; the same
-    command again measures none of them."""
+    """``--objective time --cutouts 2``: the line naming how many kernel structures were measured and the
+    recipe's headroom; the same command again measures none of the kernels."""
     args = ["tune", str(fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx"), "-o", str(tmp_path / "t.json"),
             "--objective", "time", "--budget", "6", "--measure", "1", "--cutouts", "2", "--reps", "3",
             "--workers", "1", "--db", str(tmp_path / "r.sqlite"), "--quiet", "--no-check"]
@@ -159,6 +159,8 @@ def test_cli_time_objective_reports_kernel_cutouts(fixtures_dir, tmp_path, capsy
     first = capsys.readouterr().out
     assert re.search(r"cutouts: [23] sequences priced by their kernels' measured times \([1-9]\d* kernel structures "
                      r"measured", first), first
+    assert re.search(r"headroom: of the hand recipe, no history can make this step more than \d+\.\d{3}x faster",
+                     first), first                       # studio.headroom, measured on the recipe's step
     assert main(args) == 0
     assert re.search(r"\(0 kernel structures measured, [1-9]\d* from earlier measurements\)", capsys.readouterr().out)
 
