@@ -14,8 +14,8 @@ A sequence can therefore save at most
     bound = step / (step - saving)
 
 is the most any history can gain over this one here (``at_peak``: if, beyond that, every GEMM also ran at
-the calibrated GEMM peak, which only BLAS could do). ``dcstudio tune --objective time`` prints it for the
-hand recipe, so a search that finds nothing faster says why; ``tests/bench/test_bench_tune_headroom.py``
+the calibrated GEMM peak, which only BLAS could do). ``dcstudio tune`` (and the studio's Tune dialog) give it
+for the hand recipe whenever they time steps on the CPU, so a search that finds nothing faster says why; ``tests/bench/test_bench_tune_headroom.py``
 reports it for the bundled example (BERT-base layer, 2 threads here: 1.028x).
 """
 from __future__ import annotations
@@ -111,3 +111,10 @@ def measure(graph: Graph, threads: int | None = None, reps: int = 10) -> Headroo
     if prof.failures:
         raise RuntimeError(f"the step's profile failed: {'; '.join(prof.failures)}")
     return of_profile(graph, prof)
+
+
+def of_recipe(model, res, threads: int | None = None, reps: int = 10) -> Headroom:
+    """The headroom of the hand recipe of a ``studio.tune.search`` result ``res`` on ``model`` (its step rebuilt
+    as the search ran it: in the scope, or with transfer tuning)."""
+    from studio.tune import applied
+    return measure(applied(model, res.baseline_candidate, res.transfer).graph, threads, reps)

@@ -295,6 +295,7 @@ class TuneResult:
     baseline_candidate: Candidate | None = None
     measured: list[Measured] = field(default_factory=list)
     cutouts: Cutouts | None = None
+    headroom: object | None = None      # studio.headroom.Headroom of the recipe's step, where the caller measured it
 
     @property
     def chosen(self) -> Candidate:

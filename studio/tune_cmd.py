@@ -114,7 +114,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
               f"{where})" + ("  <- chosen" if m.key == chosen.key else ""))
     if res.measured and chosen.key == res.baseline_candidate.key:
         print("measured: no finalist beat the hand recipe's exported step by more than the noise; writing the recipe")
-    if args.objective == "time" and args.backend == "cpu" and measure > 0 and not res.stopped:
+    if args.backend == "cpu" and measure > 0 and not res.stopped:
         _print_headroom(model, res, args)
     print(f"wrote {args.output} ({session.cursor} steps, {session.metrics().bytes / 1e6:.2f} MB moved)")
     if args.no_check:
@@ -127,14 +127,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def _print_headroom(model, res, args: argparse.Namespace) -> None:
     """The most any history could gain over the hand recipe here (``studio.headroom``), measured on its step."""
-    from studio import headroom
-    from studio.tune import applied
+    from studio.headroom import of_recipe
     try:
-        h = headroom.measure(applied(model, res.baseline_candidate, res.transfer).graph, args.threads, args.reps)
+        res.headroom = of_recipe(model, res, args.threads, args.reps)
     except (RuntimeError, ValueError) as e:
         print(f"headroom: not measured ({e})")
         return
-    print(f"headroom: of the hand recipe, {h.text()}")
+    print(f"headroom: of the hand recipe, {res.headroom.text()}")
 
 
 def _cuda_problem(args: argparse.Namespace, measure: int) -> str | None:

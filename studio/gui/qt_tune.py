@@ -151,6 +151,14 @@ class TuneDialog(QDialog):
             res = search(ref, evaluator=LocalEvaluator(), objective=objective, budget=budget, seed=seed,
                          start=(recipe,), on_progress=seen, stop=lambda: token.cancelled, measure=measure,
                          backend=backend, peaks=peaks)
+            if backend == "cpu" and measure and not res.stopped and not token.cancelled:
+                from studio.headroom import of_recipe
+                progress(1, 1, "profiling the recipe's step: how much could any sequence gain over it here?")
+                try:
+                    res.headroom = of_recipe(ref, res)
+                except (RuntimeError, ValueError) as e:
+                    res.headroom = None
+                    progress(1, 1, f"the recipe's profile failed: {e}")
             progress.partial(res)       # also when cancelled: the task then reports no result of its own
             return res
         self.table.setRowCount(0)
@@ -264,7 +272,8 @@ def _timed_summary(res) -> str:
     fastest = max(ok, key=lambda m: m.ratio)
     verdict = "it beats the noise" if res.chosen.key == fastest.key else \
         "none beats the recipe by more than the noise of the paired steps"
-    return head + f": the fastest {fastest.ratio:.3f}x ({verdict})."
+    room = f" The recipe's headroom: {res.headroom.text()}." if res.headroom is not None else ""
+    return head + f": the fastest {fastest.ratio:.3f}x ({verdict})." + room
 
 
 def _applied(session: Session, p, scope):

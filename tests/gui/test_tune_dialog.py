@@ -82,6 +82,9 @@ def test_the_best_are_timed_as_whole_steps_against_the_recipe(qtbot, window):
     assert len(measured) == 1 and "the recipe (baseline)" in cells.values()
     assert sum(1 for c in cells.values() if c) == 2          # only the timed rows say anything
     assert "Timed 1 of the best as whole steps against the recipe's on the CPU" in d.status.text()
+    h = res.headroom                                     # the recipe's step profiled: what any sequence could gain
+    assert h is not None and h.bound >= 1.0 and f"no history can make this step more than {h.bound:.3f}x" \
+        in d.status.text()
     assert d.progress.maximum() == 1 and d.progress.value() == 1
     d.close()
 
