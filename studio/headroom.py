@@ -15,8 +15,9 @@ A sequence can therefore save at most
 
 is the most any history can gain over this one here (``at_peak``: if, beyond that, every GEMM also ran at
 the calibrated GEMM peak, which only BLAS could do). ``dcstudio tune`` (and the studio's Tune dialog) give it
-for the hand recipe whenever they time steps on the CPU, so a search that finds nothing faster says why; ``tests/bench/test_bench_tune_headroom.py``
-reports it for the bundled example (BERT-base layer, 2 threads here: 1.028x).
+for the hand recipe whenever they time steps on the CPU, so a search that finds nothing faster says why;
+``tests/bench/test_bench_tune_headroom.py`` reports it for the bundled example (BERT-base layer, 2 threads
+here: 1.03x).
 """
 from __future__ import annotations
 
