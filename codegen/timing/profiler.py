@@ -59,6 +59,8 @@ class Profile:
     failures: list[str] = field(default_factory=list)
     workers: int = 1
     step_ns: list = field(default_factory=list)     # each timed step, aligned with each kernel's extra["samples_ns"]
+    full_ns: list = field(default_factory=list)     # with kernels_off: whole steps, paired with ...
+    kernels_off_ns: list = field(default_factory=list)   # ... steps with every generated kernel a no-op
 
     def by_id(self) -> dict[str, KernelTiming]:
         return {k.node_id: k for k in self.kernels}
@@ -136,8 +138,10 @@ def _watch(proc: subprocess.Popen, progress, steps: int, timeout: float, on_prog
 def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray] | None, *, kernels: Iterable[str] | None = None,
                   reps: int = 10, warmup: int = 2, timeout: float = 60.0, threads: int | None = None,
                   peaks: Peaks | None = None, plugins: Iterable[str] = (), on_progress: Progress | None = None,
-                  cancel: Cancel | None = None, on_record: Progress | None = None) -> Profile:
-    """Time every kernel of ``graph`` out of process (see the module docstring)."""
+                  cancel: Cancel | None = None, on_record: Progress | None = None,
+                  kernels_off: bool = False) -> Profile:
+    """Time every kernel of ``graph`` out of process (see the module docstring). ``kernels_off``: also time
+    ``reps`` pairs of steps, whole and with every generated kernel a no-op (``Profile.kernels_off_ns``)."""
     threads = threads or thread_control.default_threads()
     if kernels is not None:
         from codegen.timing.cutout import cutout
@@ -149,7 +153,7 @@ def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray] | None, *, kerne
         work = Path(tmp)
         write_graph(graph, feeds, work / "graph")
         job = {"graph": str(work / "graph"), "progress": str(work / "progress"), "reps": reps, "warmup": warmup,
-               "threads": threads, "plugins": list(plugins), "skip": []}
+               "threads": threads, "plugins": list(plugins), "skip": [], "kernels_off": kernels_off}
         failed: dict[int, str] = {}
         for attempt in range(1, len(graph.nodes) + 2):
             result, failure, at = _run_worker(job, work, threads, timeout, on_progress, cancel)
@@ -173,7 +177,7 @@ def _assemble(result: dict, failed: dict[int, str], peaks: Peaks | None, workers
                                 peaks.bandwidth if peaks else 0.0, peaks.flops if peaks else 0.0, error,
                                 {"start_ns": st["start_ns"], "samples_ns": st["samples_ns"]}))
     return Profile(out, Samples.of(result["step_ns"]), result["threads"], peaks, failures, workers,
-                   list(result["step_ns"]))
+                   list(result["step_ns"]), list(result.get("full_ns", ())), list(result.get("kernels_off_ns", ())))
 
 
 @dataclass(frozen=True)

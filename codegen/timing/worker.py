@@ -57,6 +57,8 @@ def _profile(job: dict) -> dict:
         mod._step_timed(model.weights, pool, outs, times, starts, progress, skip, errors, *args)
         if rep > job["warmup"]:
             steps.append(time.perf_counter_ns() - t0)
+    full_ns, off_ns = _kernels_off(mod, model, pool, outs, progress, skip, args, n, job["reps"]) \
+        if job.get("kernels_off") else ([], [])
     out = []
     for k, st in enumerate(cg.program.statements):
         node = cg.graph.nodes[st.node_id]
@@ -64,7 +66,30 @@ def _profile(job: dict) -> dict:
         out.append({"node_id": st.node_id, "label": st.label, "kind": st.kind, "samples_ns": times[k],
                     "start_ns": starts[k], "error": errors.get(k), "bytes": est.bytes, "flops": est.flops})
     from codegen.numba_cpu.threads import current
-    return {"statements": out, "step_ns": steps, "threads": current().to_json()}
+    return {"statements": out, "step_ns": steps, "threads": current().to_json(), "full_ns": full_ns,
+            "kernels_off_ns": off_ns}
+
+
+def _kernels_off(mod, model, pool, outs, progress, skip, args, n: int, reps: int) -> tuple[list, list]:
+    """``reps`` pairs of steps, alternately in either order: the whole step, and the step with every generated
+    kernel (``K.k_*``) a no-op — what is left is BLAS, library calls and what runs between statements. The
+    buffers keep the values the whole steps leave, so BLAS reads realistic numbers."""
+    real = {name: fn for name, fn in vars(mod.K).items() if name.startswith("k_")}
+    noop = {name: (lambda *a, **k: None) for name in real}
+    times: list = [[] for _ in range(n)]
+    starts, errors, full, off = [0] * n, {}, [], []
+    try:
+        for rep in range(reps):
+            for kernels_on in ((True, False) if rep % 2 == 0 else (False, True)):
+                for name in real:
+                    setattr(mod.K, name, real[name] if kernels_on else noop[name])
+                t0 = time.perf_counter_ns()
+                mod._step_timed(model.weights, pool, outs, times, starts, progress, skip, errors, *args)
+                (full if kernels_on else off).append(time.perf_counter_ns() - t0)
+    finally:
+        for name, fn in real.items():
+            setattr(mod.K, name, fn)
+    return full, off
 
 
 def _ab(job: dict) -> dict:

@@ -25,4 +25,5 @@ def test_time_headroom_of_the_recipe():
     print(f"\nBERT-base layer step, hand recipe (peaks {h.peak_bandwidth / 1e9:.1f} GB/s, "
           f"{h.peak_flops / 1e9:.0f} GFLOP/s): {h.text()}; at most {h.saving_s * 1e3:.1f} ms to gain; "
           f"even with every GEMM at the calibrated peak, {h.at_peak:.3f}x")
+    print(f"  kernels skipped: {h.kernels_off_s * 1e3:.1f} ms against {h.full_s * 1e3:.1f} ms, {h.loose:.3f}x")
     assert h.gemm_s > 0 and h.other_s >= h.floor_s >= 0 and h.at_peak >= h.bound >= 1.0

@@ -1,5 +1,6 @@
 """``studio.headroom``: the most any history could gain over a given one on this CPU, from a real profile
-(the MLP AdamW training step of the fixtures, profiled out of process on 1 thread)."""
+(the MLP AdamW training step of the fixtures, profiled out of process on 1 thread, with the paired steps
+whose generated kernels are no-ops)."""
 from __future__ import annotations
 
 import pytest
@@ -25,9 +26,11 @@ def test_gemms_and_the_rest_are_told_apart(measured):
     assert h.saving_s == pytest.approx(h.other_s - h.floor_s + h.glue_s)
     assert h.at_peak >= h.bound >= 1.0
     assert h.bound == pytest.approx(h.step_s / (h.step_s - h.saving_s))
+    assert 0 < h.kernels_off_s < h.full_s and h.loose == pytest.approx(h.full_s / h.kernels_off_s) and h.loose > 1
     text = h.text()
     assert f"{h.bound:.3f}x" in text and "1 thread(s)" in text
     assert "at their rooflines" in text and "between statements" in text
+    assert f"no history at all gains more than {h.loose:.3f}x" in text
 
 
 def test_a_profile_without_peaks_or_with_a_failed_kernel_is_refused(measured):

@@ -159,8 +159,8 @@ def test_cli_time_objective_reports_kernel_cutouts(fixtures_dir, tmp_path, capsy
     first = capsys.readouterr().out
     assert re.search(r"cutouts: [23] sequences priced by their kernels' measured times \([1-9]\d* kernel structures "
                      r"measured", first), first
-    assert re.search(r"headroom: of the hand recipe, no history can make this step more than \d+\.\d{3}x faster",
-                     first), first                       # studio.headroom, measured on the recipe's step
+    assert re.search(r"headroom: of the hand recipe, with its GEMM statements as they are, no history can make this "
+                     r"step more than \d+\.\d{3}x faster.*no history at all gains more than \d+\.\d{3}x", first), first
     assert main(args) == 0
     assert re.search(r"\(0 kernel structures measured, [1-9]\d* from earlier measurements\)", capsys.readouterr().out)
 
