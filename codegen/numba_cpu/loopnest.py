@@ -172,7 +172,7 @@ def identity_literal(wcr: str | None, dt: str) -> str:
 def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
     """Loops over ``m``'s params, its locals, then its body (the default schedule). A ``prange`` iteration
     that runs loops flushes on its own (``flush.chunks``); one point per iteration would not vectorize."""
-    opened, chunk = 0, None
+    depth, chunk = nest.w.depth, None
     for k, (p, r) in enumerate(m.params):
         name = f"p{len(nest.params)}"
         start, stop = r.start, r.stop
@@ -183,7 +183,6 @@ def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
         nest.params[p] = name
         nest.w.line(f"for {name} in {loop}({lo}{hi}{step}):")
         nest.w.depth += 1
-        opened += 1
         if loop == "prange" and (len(m.params) > 1 or any(isinstance(s, MapNode) for s in m.body)):
             chunk = nest.w.depth
             nest.w.line(flush.CHUNK_ON)
@@ -196,8 +195,7 @@ def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
     if chunk is not None:
         nest.w.depth = chunk
         nest.w.line(flush.CHUNK_OFF)
-        nest.w.depth -= 1
-    nest.w.depth -= opened - 1 if chunk is not None else opened
+    nest.w.depth = depth
 
 
 def declare_locals(nest: Nest, m: MapNode) -> None:
