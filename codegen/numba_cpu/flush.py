@@ -14,18 +14,16 @@ into kernel modules like the fastmath forms and decides when the module is impor
 machine is x86-64 (elsewhere they do nothing), so an exported package runs anywhere. They wrap
 the kernel's loops only (``around_loops``): buffer allocations before them may raise, and then
 nothing was changed. A ``prange`` kernel does not flush: OpenMP workers would inherit the bits
-for good, and chunks would round differently depending on the thread that ran them — except one
-whose every ``prange`` iteration sets and restores the bits itself (``CHUNK_ON``/``CHUNK_OFF``, the
-row chunks of ``schedules._row_split``): then every chunk flushes, on whichever thread, and no
-worker keeps the bits. Without the flush the BERT-base GELU gradient split over 2 threads took
+for good, and chunks would round differently depending on the thread that ran them — unless every
+``prange`` iteration sets and restores the bits itself (``chunks``: each iteration that runs a loop,
+whichever schedule printed it, e.g. the row chunks of ``schedules._row_split``): then every chunk
+flushes, on whichever thread, and no worker keeps the bits. An iteration of a single point does not
+(the calls would stop it vectorizing). Without the flush the BERT-base GELU gradient split over 2 threads took
 9.4 ms on its recorded inputs against 5.6 ms on random ones.
 """
 from __future__ import annotations
 
 HELPERS = ("_ftz_on", "_ftz_off")
-CHUNK_ON, CHUNK_OFF = "# flush: chunk on", "# flush: chunk off"
-"""Markers a schedule prints at the start and end of a ``prange`` iteration that may flush on its own
-(``chunks``)."""
 
 SOURCE = '''import platform as _platform
 
@@ -79,19 +77,25 @@ def around_loops(lines: list[str]) -> list[str]:
 
 
 def chunks(lines: list[str], forms: bool) -> tuple[list[str], bool]:
-    """``lines`` with the chunk markers made flush calls where the kernel calls fastmath forms (else
-    dropped), and whether any chunk flushes."""
-    out, on = [], False
-    for line in lines:
-        text = line.strip()
-        if text in (CHUNK_ON, CHUNK_OFF):
-            if forms:
-                pad = line[:len(line) - len(line.lstrip())]
-                out.append(pad + ("mxc = _ftz_on()" if text == CHUNK_ON else "_ftz_off(mxc)"))
-                on = True
-            continue
+    """The kernel body ``lines`` with each ``prange`` iteration that runs a loop setting and restoring the
+    flush bits itself, where the kernel calls fastmath forms (else unchanged); and whether any does."""
+    if not forms:
+        return lines, False
+    out, ends = [], []                   # ends: (last line index of a prange body, its indent)
+    for k, line in enumerate(lines):
         out.append(line)
-    return out, on
+        if " in prange(" in line and line.lstrip().startswith("for "):
+            pad = len(line) - len(line.lstrip())
+            last = k
+            while last + 1 < len(lines) and len(lines[last + 1]) - len(lines[last + 1].lstrip()) > pad:
+                last += 1
+            if any(body.lstrip().startswith("for ") for body in lines[k + 1:last + 1]):
+                inner = " " * (pad + 4)
+                out.append(inner + "mxc = _ftz_on()")
+                ends.append((last, inner))
+        while ends and ends[-1][0] == k:
+            out.append(ends.pop()[1] + "_ftz_off(mxc)")
+    return out, len(out) > len(lines)
 
 
 def source_of(name: str) -> str:

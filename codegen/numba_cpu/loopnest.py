@@ -170,9 +170,8 @@ def identity_literal(wcr: str | None, dt: str) -> str:
 
 
 def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
-    """Loops over ``m``'s params, its locals, then its body (the default schedule). A ``prange`` iteration
-    that runs loops flushes on its own (``flush.chunks``); one point per iteration would not vectorize."""
-    depth, chunk = nest.w.depth, None
+    """Loops over ``m``'s params, its locals, then its body (the default schedule)."""
+    depth = nest.w.depth
     for k, (p, r) in enumerate(m.params):
         name = f"p{len(nest.params)}"
         start, stop = r.start, r.stop
@@ -183,18 +182,12 @@ def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
         nest.params[p] = name
         nest.w.line(f"for {name} in {loop}({lo}{hi}{step}):")
         nest.w.depth += 1
-        if loop == "prange" and (len(m.params) > 1 or any(isinstance(s, MapNode) for s in m.body)):
-            chunk = nest.w.depth
-            nest.w.line(flush.CHUNK_ON)
     declare_locals(nest, m)
     for stmt in m.body:
         if isinstance(stmt, MapNode):
             scope(nest, stmt, False, parallel)
         else:
             tasklet_line(nest, stmt)
-    if chunk is not None:
-        nest.w.depth = chunk
-        nest.w.line(flush.CHUNK_OFF)
     nest.w.depth = depth
 
 
@@ -299,7 +292,7 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
     forms = bool(nest.helpers & set(FORMS))
     if forms:                                     # fastmath forms: the opaque zero (see ZERO)
         nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
-    nest.w.lines, chunked = flush.chunks(nest.w.lines, forms)
+    nest.w.lines, chunked = flush.chunks(nest.w.lines, forms)   # each prange iteration flushes itself
     flushes = forms and (not par or chunked)      # this thread only, or every chunk too (flush.py)
     if flushes:
         nest.helpers |= set(flush.HELPERS)

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from ir import expr as E
 from ir.nodes import MapNode, Tasklet
 
-from codegen.numba_cpu import flush
 from codegen.numba_cpu.loopnest import Nest, declare_locals, first_wcr, identity_literal, tasklet_line
 
 _HOLE = E.Var("·")
@@ -115,7 +114,7 @@ def plan(m: MapNode, written: set[str]) -> RowCache | None:
 def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
     """Print top-level map ``m`` with ``cache``: skewed (``_skewed_rows``) when ``can_skew``, else
     the default loop order with one buffer."""
-    depth, chunk_depth = nest.w.depth, None
+    depth = nest.w.depth
     chunked = parallel and len(m.params) == 1 and can_skew(m, cache, False)
     skew = chunked or can_skew(m, cache, parallel)
     for k, (p, r) in enumerate(m.params[:-1] if skew else m.params):
@@ -123,15 +122,10 @@ def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
         nest.params[p] = name
         nest.w.line(f"for {name} in {'prange' if parallel and k == 0 else 'range'}({nest.bound(r.stop)}):")
         nest.w.depth += 1
-        if parallel and k == 0:
-            chunk_depth = nest.w.depth
-            nest.w.line(flush.CHUNK_ON)
     lo, hi = "0", nest.bound(m.params[-1][1].stop) if m.params else "1"
     if chunked:                      # one row param under prange: threads take blocks of CHUNK_ROWS rows
         nest.w.line(f"for pc in prange(({hi} + {CHUNK_ROWS - 1}) // {CHUNK_ROWS}):")
         nest.w.depth += 1
-        chunk_depth = nest.w.depth
-        nest.w.line(flush.CHUNK_ON)
         nest.w.line(f"lo = pc * {CHUNK_ROWS}")
         nest.w.line(f"hi = min({hi}, lo + {CHUNK_ROWS})")
         lo, hi = "lo", "hi"
@@ -145,9 +139,6 @@ def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
         declare_locals(nest, m)
         for stmt in m.body:
             _statement(nest, stmt, cache, "c0")
-    if chunk_depth is not None:      # every prange iteration flushes on its own (flush.chunks)
-        nest.w.depth = chunk_depth
-        nest.w.line(flush.CHUNK_OFF)
     nest.w.depth = depth
 
 

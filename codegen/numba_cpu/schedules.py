@@ -34,7 +34,7 @@ from ir import expr as E
 from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
-from codegen.numba_cpu import flush, rowcache
+from codegen.numba_cpu import rowcache
 from codegen.numba_cpu.loopnest import (Nest, accumulator_dtype, declare_locals, first_wcr, identity_literal,
                                         kernel_locals, scope, tasklet_line)
 
@@ -140,20 +140,14 @@ def _loop(nest: Nest, p: str, r: Range, loop: str = "range") -> None:
 
 
 def _tiled(nest: Nest, m: MapNode, parallel: bool) -> None:
-    depth, chunk = nest.w.depth, None
+    depth = nest.w.depth
     for k, (p, r) in enumerate(m.params[:-2]):
         _loop(nest, p, r, "prange" if parallel and k == 0 else "range")
-        if parallel and k == 0:
-            chunk = nest.w.depth
-            nest.w.line(flush.CHUNK_ON)
     (pa, ra), (pb, rb) = m.params[-2:]
     na, nb = nest.bound(ra.stop), nest.bound(rb.stop)
     first = "prange" if parallel and len(m.params) == 2 else "range"
     ta, tb = TILE
     nest.w.line(f"for ia in {first}(({na} + {ta - 1}) // {ta}):")     # prange needs unit steps
-    if first == "prange":
-        chunk = nest.w.depth + 1
-        nest.w.line(f"    {flush.CHUNK_ON}")
     nest.w.line(f"    ba = ia * {ta}")
     nest.w.line(f"    for bb in range(0, {nb}, {tb}):")
     nest.w.depth += 2
@@ -165,9 +159,6 @@ def _tiled(nest: Nest, m: MapNode, parallel: bool) -> None:
     declare_locals(nest, m)
     for stmt in m.body:
         tasklet_line(nest, stmt)
-    if chunk is not None:            # every prange iteration flushes on its own (flush.chunks)
-        nest.w.depth = chunk
-        nest.w.line(flush.CHUNK_OFF)
     nest.w.depth = depth
 
 
@@ -266,7 +257,6 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
         nest.locals[c] = (f"{part}[ck, {qv}]", dt)
     nest.w.line(f"for ck in prange({nch}):")
     nest.w.depth += 1
-    nest.w.line(flush.CHUNK_ON)
     for c, wcr in acc.items():
         nest.w.line(f"{saved[c][2]}[ck, :] = {identity_literal(wcr, nest.locals[c][1])}")
     (p, _), *rest = sweep.params
@@ -280,8 +270,6 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
     declare_locals(nest, sweep)
     for t in sweep.body:
         tasklet_line(nest, t)
-    nest.w.depth = depth + 1
-    nest.w.line(flush.CHUNK_OFF)
     nest.w.depth = depth
     for c, (before, name, part) in saved.items():
         if before is None:
