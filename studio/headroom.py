@@ -8,8 +8,7 @@ already runs each GEMM as one BLAS call on operands read in place, so no graph t
 time. Every other statement can at best reach its roofline (its bytes at the calibrated bandwidth, its FLOPs
 at the calibrated peak). What the step spends between its statements (``glue_s``: per timed step, its time
 less its statements' times, the median over the steps — Python dispatch and views) counts as removable too.
-A sequence can therefore save at most
-``saving_s = other_s - floor_s + glue_s``, and
+A sequence can therefore save at most ``saving_s = other_s - floor_s + glue_s``, and
 
     bound = step / (step - saving)
 
@@ -18,8 +17,8 @@ if, beyond that, every GEMM also ran at the calibrated GEMM peak, which only BLA
 also run generated kernels (the fused epilogues, the optimizer update per panel) that another history could
 shape differently; ``loose`` bounds that too: the step against the same step with every generated kernel a
 no-op (pairs of steps alternately, the buffers holding what the whole steps leave), i.e. if every kernel of
-any history cost nothing. ``dcstudio tune`` (and the studio's Tune dialog) give it
-for the hand recipe whenever they time steps on the CPU, so a search that finds nothing faster says why;
+any history cost nothing. ``dcstudio tune`` (and the studio's Tune dialog) give both for the hand recipe
+whenever they time steps on the CPU, so a search that finds nothing faster says why;
 ``tests/bench/test_bench_tune_headroom.py`` reports it for the bundled example (BERT-base layer, 2 threads
 here: 1.03x with the GEMM statements as they are, 1.09x with every generated kernel free).
 """
