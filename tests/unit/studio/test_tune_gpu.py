@@ -7,6 +7,8 @@ finalist fails its check on the device. The measurement itself runs where a CUDA
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,46 @@ def test_both_packages_are_checked_against_one_oracle_of_the_original(model, tmp
         assert "import cupy" in (pkg / "_lib.py").read_text(encoding="utf-8")
     kernels = [sorted(p.name for p in (pkg / "kernels").glob("k_*.py")) for pkg in (a, b)]
     assert kernels[0] != kernels[1]                # two different programs
+
+
+def test_every_finalist_reuses_one_recipe_package_and_oracle(fixtures_dir, tmp_path, monkeypatch):
+    """The recipe's package and the oracle are made once per process (``recipe_package``); a changed
+    model file, baseline or transfer makes them again and deletes the old folder; a failed export
+    leaves none behind."""
+    import shutil
+    import tempfile
+    import onnx
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))        # where the cached folders go
+    src = fixtures_dir / "joint_standard" / "mlp_joint_adamw.onnx"
+    model = ModelRef(str(shutil.copy(src, tmp_path / "mlp.onnx")))
+    works = [tmp_path / f"w{k}" for k in range(4)]
+    for w in works:
+        w.mkdir()
+    base = Candidate.of(SUBSTATION)
+    a1, b1 = export_pair(model, base, FUSE, False, works[0])
+    made = a1.resolve()
+    assert made.parent.parent == tmp_path and made != a1
+    stamp = {p.name: p.stat().st_mtime_ns for p in made.iterdir() if p.is_file()}
+    a2, b2 = export_pair(model, base, Candidate.of([Pass("expand")]), False, works[1])
+    assert a2.resolve() == made                                 # not exported again
+    assert {p.name: p.stat().st_mtime_ns for p in made.iterdir() if p.is_file()} == stamp
+    with np.load(made / "check.npz") as fa, np.load(b1 / "check.npz") as f1, np.load(b2 / "check.npz") as f2:
+        outs = sorted(k for k in fa.files if k.startswith("out_"))
+        assert outs
+        for k in outs:                                          # one truth for every finalist
+            np.testing.assert_array_equal(fa[k], f1[k])
+            np.testing.assert_array_equal(fa[k], f2[k])
+    shutil.rmtree(works[0])                                     # a finished pair's folder: the link only
+    assert made.is_dir()
+    st = os.stat(model.path)
+    os.utime(model.path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))   # the user saved the model again
+    a3, _ = export_pair(model, base, FUSE, False, works[2])
+    assert a3.resolve() != made and not made.parent.exists()    # made again, the old one deleted
+    onnx.save(onnx.ModelProto(), model.path)                    # now the file is no model at all
+    with pytest.raises(Exception):
+        export_pair(model, base, FUSE, False, works[3])
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("dcstudio-tune-recipe-"))
+    assert left == [], left                                      # the failed one left nothing, the old was replaced
 
 
 def test_cli_refuses_what_it_cannot_honour_before_searching(model, tmp_path, capsys):
