@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import math
 import os
 
 import cupy as cp
@@ -466,7 +467,7 @@ def alloc(shape, dtype, kind="empty", fill=0):
 
 
 def view(buffer, shape, dtype, kind="empty", fill=0):
-    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    n = math.prod(shape) * np.dtype(dtype).itemsize
     arr = buffer[:n].view(dtype).reshape(shape)
     if kind == "zeros":
         arr.fill(0)

@@ -18,6 +18,7 @@ a verbatim copy of it (``_lib.py``), so it must not import anything from dcstudi
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -379,8 +380,8 @@ def _as_matrices(x: np.ndarray, perm: list, nb: int, n1: int, n2: int) -> np.nda
     """``x`` permuted and its two non-batch groups merged (a view whenever the strides allow)."""
     y = x.transpose(perm)
     shape = y.shape
-    rows = int(np.prod(shape[nb:nb + n1], dtype=np.int64))
-    cols = int(np.prod(shape[nb + n1:nb + n1 + n2], dtype=np.int64))
+    rows = math.prod(shape[nb:nb + n1])
+    cols = math.prod(shape[nb + n1:nb + n1 + n2])
     return y.reshape(shape[:nb] + (rows, cols))
 
 
@@ -468,7 +469,7 @@ def alloc(shape: tuple, dtype, kind: str = "empty", fill=0) -> np.ndarray:
 def view(buffer: np.ndarray, shape: tuple, dtype, kind: str = "empty", fill=0) -> np.ndarray:
     """A planned buffer (flat bytes, reused across steps and tensors) as an array of ``shape``,
     initialized like ``alloc`` does."""
-    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    n = math.prod(shape) * np.dtype(dtype).itemsize
     arr = buffer[:n].view(dtype).reshape(shape)
     if kind == "zeros":
         arr.fill(0)
@@ -537,7 +538,7 @@ def _convolve(fn, inputs: tuple, attrs: dict, ctx, out: np.ndarray, kind: str, e
            "weights": convolution.conv_weight_grad2d}[kind]
     wide = {"wide": exact} if kind == "conv" else {}
     restore = _solo_blas({"conv": y, "transpose": x, "weights": w}[kind].size * (2 if exact and wide else 1)
-                         * int(np.prod((y if kind == "weights" else w).shape[1:])))
+                         * math.prod((y if kind == "weights" else w).shape[1:]))
     try:
         run(x, w, target, strides, pads, dil, int(attrs.get("group", 1)), **wide)
     finally:
