@@ -256,6 +256,9 @@ def global_average_pool(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -
     return _global(inputs, lambda x, a: np.mean(x, axis=a, keepdims=True))
 
 
+global_average_pool.native = "global_average_pool"   # the CPU library runs float32 ones as a loop nest (pooling.py)
+
+
 @kernel("GlobalMaxPool")
 def global_max_pool(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
     return _global(inputs, lambda x, a: np.max(x, axis=a, keepdims=True))

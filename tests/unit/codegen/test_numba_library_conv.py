@@ -242,6 +242,28 @@ def test_max_pool_equals_the_reference(name, with_indices):
         np.testing.assert_array_equal(x.reshape(-1)[idx], out)
 
 
+@pytest.mark.parametrize("shape", [(8, 96, 32, 32), (2, 3, 5), (1, 4, 3, 2, 2)])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed view"])
+def test_global_average_pool_runs_natively_within_one_ulp_of_the_reference(shape, layout):
+    """``L.reference`` runs GlobalAveragePool on float32 as a loop nest (``pooling.native``): a float64
+    sum in another order than the reference's ``np.mean``, rounded once, so within one float32 ulp."""
+    from codegen.numba_cpu import pooling
+    from codegen.numpy_ref.nn import global_average_pool as ref_gap
+    x = (np.random.default_rng(1).standard_normal(shape) * 3 + 1).astype(np.float32)
+    if layout != "contiguous":
+        x = np.ascontiguousarray(x.swapaxes(0, 1)).swapaxes(0, 1)
+    want = ref_gap([x], {}, CTX)[0]
+    native = pooling.native(ref_gap, (x,))
+    assert native is not None
+    got = L.reference(ref_gap, (x,), {}, CTX)[0]
+    assert got.shape == want.shape == x.shape[:2] + (1,) * (x.ndim - 2) and got.dtype == np.float32
+    assert (np.abs(got - want) <= np.spacing(np.abs(want))).all()
+    np.testing.assert_array_equal(native[0], got)
+    wide = x.astype(np.float64)                                      # not float32: the reference runs
+    assert pooling.native(ref_gap, (wide,)) is None
+    np.testing.assert_array_equal(L.reference(ref_gap, (wide,), {}, CTX)[0], ref_gap([wide], {}, CTX)[0])
+
+
 def test_the_forward_conv_rounds_its_float64_sum_once():
     """A 3×3 conv over 128 channels of ReLU outputs (1,152 terms): within one ulp of the float64 truth
     rounded (fp32 sums would be ~10 ulps off, enough to flip a ReLU mask now and then)."""
