@@ -36,3 +36,27 @@ def test_skeleton_rebuilds_to_the_same_bytes(fixtures_dir, tmp_path):
             np.testing.assert_array_equal(got[name], arr)
         else:
             assert abs(float(got[name].std()) - float(arr.std())) <= 0.1 * float(arr.std()) + 1e-6
+
+
+def test_the_stacking_probe_computes_what_the_separate_gemms_compute():
+    """``stacking.py`` (run on a lent GPU with CuPy) here with NumPy: each stacked form's product equals
+    the separate calls' (``check`` raises otherwise), and every stacked form is priced against its family."""
+    import time
+
+    from tests.bench.gpu import stacking
+
+    def once(fn):
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+    rows = stacking.run(np, once)
+    assert len(rows) == 7 and all(r["us"] > 0 for r in rows)
+    saved = [r for r in rows if "saving_us" in r]
+    assert len(saved) == 4 and all(r["form"].split(" ")[0] in ("qkv_forward", "qkv_weight_grad") for r in saved)
+    a = stacking._operands(np)
+    forms = stacking.forms(np, a)
+    assert stacking.check(np, a, forms) < 1e-5
+    a["w_stacked"][0, 0] += 1.0                 # stale stacked weights: the check sees the difference
+    forms["qkv_forward stacked, weights copied in the step"] = forms["qkv_forward stacked, weights kept stacked"]
+    assert stacking.check(np, a, forms) > 1e-3
+    assert "saves" in stacking.table(rows)

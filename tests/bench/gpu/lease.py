@@ -15,6 +15,8 @@ Run on the device machine (``README.md`` beside this file says how) over a kit b
   eager and ``torch.compile`` on the same GPU, interleaved (``bert.json``);
 - ``variants``: that step's row kernels printed with one launch-shape knob changed at a time and
   timed the same way (``variants.py``, ``variants.json``);
+- ``stacking``: the BERT-base layer's Q/K/V GEMMs as the recipe runs them (three calls per family) against
+  one stacked GEMM each (``stacking.py``): what a stacking transformation could save, before building it;
 - ``tune``: ``dcstudio tune --objective time --backend cuda`` on the bundled example (BERT-base layer),
   its finalists timed on the GPU against the hand recipe's step (``tune.log``, ``tuned.json``).
 
@@ -392,11 +394,18 @@ def variants_phase(kit: Path, work: Path, out: Path) -> str:
     return variants.table(variants.run(cp, _graph_time, lower_for_codegen(graph), out))
 
 
+def stacking_phase() -> str:
+    """The Q/K/V GEMMs separate against stacked (``stacking.py``), timed in captured CUDA graphs."""
+    import cupy as cp
+    from tests.bench.gpu import stacking
+    return stacking.table(stacking.run(cp, lambda fn: _graph_time(cp, fn)))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("kit")
     ap.add_argument("out")
-    ap.add_argument("--phases", default="tests,sweep,bert,variants,tune")
+    ap.add_argument("--phases", default="tests,sweep,bert,variants,stacking,tune")
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--budget", type=float, default=480, help="seconds; later phases shrink to fit")
@@ -438,6 +447,14 @@ def main(argv=None) -> int:
         except Exception:  # noqa: BLE001
             variants_table = "variants failed:\n" + traceback.format_exc()[-2000:]
         log("variants timed")
+    stacked = ""
+    if "stacking" in phases and time.perf_counter() < end - 30:
+        try:
+            stacked = stacking_phase()
+        except Exception:  # noqa: BLE001
+            stacked = "stacking failed:\n" + traceback.format_exc()[-2000:]
+        (out / "stacking.txt").write_text(stacked, encoding="utf-8")
+        log("stacking timed")
     tuned = tune_phase(out, end) if "tune" in phases and time.perf_counter() < end - 60 else []
     if tests is not None:
         try:
@@ -459,6 +476,9 @@ def main(argv=None) -> int:
     if variants_table:
         print("---- variants (µs, % of a same-run copy of the same bytes)")
         print(variants_table)
+    if stacked:
+        print("---- stacking (BERT-base layer's Q/K/V GEMMs, µs per call in a captured CUDA graph)")
+        print(stacked)
     if tuned:
         print("---- tune (BERT-base layer, --objective time --backend cuda)")
         print("\n".join(tuned))
