@@ -12,8 +12,7 @@ package carries a verbatim copy (``_lib.py``): it imports only CuPy, NumPy and t
 - ``matmul``, ``gemm``, ``fused_matmul``, ``einsum``: cuBLAS strided-batched GEMMs on the
   operands as they lie (``_plan``: transposed and batched views, no copies), called through
   ctypes on a handle and workspace of our own (CuPy's matmul and its cuBLAS bindings refuse any
-  call while a stream captures); ``cupy.matmul`` and ``cupy.einsum`` where the layout or dtype
-  does not fit;
+  call while a stream captures); ``cupy.matmul`` and ``cupy.einsum`` where the layout or dtype does not fit;
 - ``widen_bf16``: bfloat16 tensors (uint16 bits on the device) as float32 operands;
 - ``alloc``/``view``: device buffers (planned buffers reused across steps);
 - ``conv``, ``conv_transpose``, ``conv_weight_grad``: float32 1-D/2-D convolutions on the device

@@ -397,8 +397,9 @@ def variants_phase(kit: Path, work: Path, out: Path) -> str:
 def stacking_phase() -> str:
     """The Q/K/V GEMMs separate against stacked (``stacking.py``), timed in captured CUDA graphs."""
     import cupy as cp
+    from codegen.cupy_cuda import library
     from tests.bench.gpu import stacking
-    return stacking.table(stacking.run(cp, lambda fn: _graph_time(cp, fn)))
+    return stacking.table(stacking.run(cp, lambda fn: _graph_time(cp, fn), library.matmul))
 
 
 def main(argv=None) -> int:

@@ -16,8 +16,10 @@ A stacked form makes each family one GEMM with three times the tiles:
 - ``reference``: the step's other GEMMs as the recipe runs them (the FFN and the attention output
   projection, forward and backward), for scale.
 
-``run(xp, timer)`` takes the array module (CuPy there, NumPy here) and a timer (``lease._graph_time``
-there: seconds per call inside a captured CUDA graph); it checks that each stacked form computes
+``run(xp, timer, matmul)`` takes the array module (CuPy there, NumPy here), a timer (``lease._graph_time``
+there: seconds per call inside a captured CUDA graph) and the GEMM to call (there the CUDA library's
+``matmul``, cuBLAS through ctypes, as exported steps call it: CuPy's own matmul refuses to run while a
+stream captures; here ``numpy.matmul``); it checks that each stacked form computes
 what the separate calls compute (``check``) and returns one row per form: microseconds, and the
 saving against the separate calls. Nothing here changes dcstudio; the numbers decide whether a
 stacking transformation is worth building.
@@ -45,46 +47,47 @@ def _operands(xp, seed: int = 0) -> dict:
             "dw_out": xp.empty((HIDDEN, HIDDEN), f)}
 
 
-def forms(xp, a: dict) -> dict:
-    """name -> a call doing that form once (into preallocated outputs)."""
+def forms(xp, a: dict, mm=None) -> dict:
+    """name -> a call doing that form once (into preallocated outputs), each GEMM through ``mm``."""
+    mm = mm or xp.matmul
     x, ws, ys, dys, dws = a["x"], a["ws"], a["ys"], a["dys"], a["dws"]
 
     def separate_forward():
         for w, y in zip(ws, ys):
-            xp.matmul(x, w.T, out=y)
+            mm(x, w.T, out=y)
 
     def stacked_forward_copying():
         for k, w in enumerate(ws):
             a["w_stacked"][k * HIDDEN:(k + 1) * HIDDEN] = w
-        xp.matmul(x, a["w_stacked"].T, out=a["y_stacked"])
+        mm(x, a["w_stacked"].T, out=a["y_stacked"])
 
     def separate_weight_grad():
         for dy, dw in zip(dys, dws):
-            xp.matmul(dy.T, x, out=dw)
+            mm(dy.T, x, out=dw)
 
     def stacked_weight_grad_copying():
         for k, dy in enumerate(dys):
             a["dy_stacked"][:, k * HIDDEN:(k + 1) * HIDDEN] = dy
-        xp.matmul(a["dy_stacked"].T, x, out=a["dw_stacked"])
+        mm(a["dy_stacked"].T, x, out=a["dw_stacked"])
 
     def reference():                      # the step's other GEMMs, as the recipe's module calls them
-        xp.matmul(x, a["w1"].T, out=a["y_ffn"])               # FFN up, forward
-        xp.matmul(a["h"], a["w2"].T, out=a["y_out"])          # FFN down, forward
-        xp.matmul(a["y_out"], a["w2"], out=a["y_ffn"])        # FFN down, dX
-        xp.matmul(a["h"], a["w1"], out=a["y_out"])            # FFN up, dX
-        xp.matmul(a["h"].T, x, out=a["dw1"])                  # FFN weight gradients
-        xp.matmul(x.T, a["h"], out=a["dw2"])
-        xp.matmul(x, ws[0].T, out=ys[0])                      # attention output projection: forward, dX, dW
-        xp.matmul(ys[0], ws[0], out=ys[1])
-        xp.matmul(ys[0].T, x, out=a["dw_out"])
+        mm(x, a["w1"].T, out=a["y_ffn"])               # FFN up, forward
+        mm(a["h"], a["w2"].T, out=a["y_out"])          # FFN down, forward
+        mm(a["y_out"], a["w2"], out=a["y_ffn"])        # FFN down, dX
+        mm(a["h"], a["w1"], out=a["y_out"])            # FFN up, dX
+        mm(a["h"].T, x, out=a["dw1"])                  # FFN weight gradients
+        mm(x.T, a["h"], out=a["dw2"])
+        mm(x, ws[0].T, out=ys[0])                      # attention output projection: forward, dX, dW
+        mm(ys[0], ws[0], out=ys[1])
+        mm(ys[0].T, x, out=a["dw_out"])
 
     return {"qkv_forward separate": separate_forward,
             "qkv_forward stacked, weights copied in the step": stacked_forward_copying,
-            "qkv_forward stacked, weights kept stacked": lambda: xp.matmul(x, a["w_stacked"].T, out=a["y_stacked"]),
+            "qkv_forward stacked, weights kept stacked": lambda: mm(x, a["w_stacked"].T, out=a["y_stacked"]),
             "qkv_weight_grad separate": separate_weight_grad,
             "qkv_weight_grad stacked, gradients copied in the step": stacked_weight_grad_copying,
-            "qkv_weight_grad stacked, gradients written stacked": lambda: xp.matmul(a["dy_stacked"].T, x,
-                                                                                      out=a["dw_stacked"]),
+            "qkv_weight_grad stacked, gradients written stacked":
+                lambda: mm(a["dy_stacked"].T, x, out=a["dw_stacked"]),
             "reference: the step's other GEMMs": reference}
 
 
@@ -104,10 +107,10 @@ def check(xp, a: dict, f: dict) -> float:
     return worst
 
 
-def run(xp, timer) -> list[dict]:
+def run(xp, timer, matmul=None) -> list[dict]:
     """One row per form: ``us`` per call, and for a stacked form ``saving_us`` against its separate calls."""
     a = _operands(xp)
-    f = forms(xp, a)
+    f = forms(xp, a, matmul)
     error = check(xp, a, f)
     if error > 1e-4:
         raise AssertionError(f"a stacked GEMM differs from the separate calls by {error:.2g} of the largest product")
