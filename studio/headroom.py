@@ -27,8 +27,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ir import fused_ops
 from ir.graph import Graph
+from transforms.horizontal_fusion import kind
 
 
 @dataclass(frozen=True)
@@ -81,11 +81,6 @@ class Headroom:
                 "statements could go" + loose)
 
 
-def is_gemm(node) -> bool:
-    """A statement whose time is BLAS's: a contraction (plain or with an epilogue) or a grouped one."""
-    return node is not None and (fused_ops.is_contraction(node) or fused_ops.is_group(node))
-
-
 def of_profile(graph: Graph, prof) -> Headroom:
     """The headroom of ``graph`` from its ``codegen.timing.profiler.Profile`` (profiled with peaks)."""
     if prof.peaks is None:
@@ -95,7 +90,7 @@ def of_profile(graph: Graph, prof) -> Headroom:
         if not k.ok:
             raise ValueError(f"kernel '{k.node_id}' did not run in the profile: {k.error}")
         t = k.samples.median_s
-        if is_gemm(graph.nodes.get(k.node_id)):
+        if kind(graph.nodes.get(k.node_id)) == "gemm":   # BLAS's time: a contraction or a group
             gemm += t
             flops += k.flops
         else:

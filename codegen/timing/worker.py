@@ -75,14 +75,16 @@ def _kernels_off(mod, model, pool, outs, progress, skip, args, n: int, reps: int
     kernel (``K.k_*``) a no-op — what is left is BLAS, library calls and what runs between statements. The
     buffers keep the values the whole steps leave, so BLAS reads realistic numbers."""
     real = {name: fn for name, fn in vars(mod.K).items() if name.startswith("k_")}
-    noop = {name: (lambda *a, **k: None) for name in real}
+
+    def noop(*a, **k):
+        return None
     times: list = [[] for _ in range(n)]
     starts, errors, full, off = [0] * n, {}, [], []
     try:
         for rep in range(reps):
             for kernels_on in ((True, False) if rep % 2 == 0 else (False, True)):
                 for name in real:
-                    setattr(mod.K, name, real[name] if kernels_on else noop[name])
+                    setattr(mod.K, name, real[name] if kernels_on else noop)
                 t0 = time.perf_counter_ns()
                 mod._step_timed(model.weights, pool, outs, times, starts, progress, skip, errors, *args)
                 (full if kernels_on else off).append(time.perf_counter_ns() - t0)

@@ -30,7 +30,7 @@ TOKENS, HIDDEN, FFN = 1024, 768, 3072
 
 
 def _operands(xp, seed: int = 0) -> dict:
-    rng = xp.random.default_rng(seed) if hasattr(xp.random, "default_rng") else xp.random
+    rng = xp.random.default_rng(seed)
     f = xp.float32
 
     def rnd(*shape):
