@@ -24,6 +24,7 @@ class Role(Enum):
     PARAMETER = "parameter"              # trainable weights (and their updated values)
     GRADIENT = "gradient"                # d loss / d parameter, when it is a graph output
     OPTIMIZER_STATE = "optimizer_state"  # moments, momentum buffers (old and new)
+    STATISTIC = "statistic"              # BatchNorm running mean/variance (old and new): updated, not trained
     OUTPUT = "output"                    # loss and any other graph output
     CONSTANT = "constant"                # read-only initializers that are not trained
     TRANSIENT = "transient"              # intermediate values

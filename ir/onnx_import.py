@@ -14,6 +14,7 @@ Every failure is a ``StudioError`` naming the file and node.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Mapping
@@ -35,6 +36,9 @@ from ir.onnx_load import file_sha256, opset_map, read_model
 from ir.ort_training import functionalize, has_accumulators
 from ir.shape_fold import infer_folding
 from ir.shape_infer import infer_types
+
+FORWARD_KEY = "dcstudio.forward"   # metadata of a generated training step: its forward part (transforms.autodiff.deploy)
+OPTIONS_KEY = "dcstudio.training_options"    # ... and the options it was generated with (TrainingOptions JSON)
 
 
 class _ProtoNode:
@@ -88,6 +92,7 @@ def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mappin
     g = Graph(name or work.graph.name or (Path(path).stem if path else "graph"))
     g.opsets = opsets
     g.bindings = {k: int(v) for k, v in (bindings or {}).items()}
+    g.meta.update({p.key: p.value for p in work.metadata_props if p.key in (FORWARD_KEY, OPTIONS_KEY)})
     _add_containers(g, work, types, path, kind)
     trained = {Role.GRADIENT, Role.OPTIMIZER_STATE, Role.PARAMETER}
     if kind == "forward" and any(g.containers[o].role in trained for o in g.outputs):
@@ -192,12 +197,17 @@ def _roles(model: ModelProto, kind: str) -> dict[str, Role]:
     out_set = set(outs)
     inits = {t.name for t in g.initializer}
     roles: dict[str, Role] = {}
-    updated = {i.name for i in g.input if f"{i.name}_grad" in out_set or f"{i.name}.new" in out_set}
+    listed = forward_metadata(model).get("statistics")
+    statistics = {s for s in listed if isinstance(s, str)} if isinstance(listed, list) else set()
+    updated = {i.name for i in g.input if i.name not in statistics
+               and (f"{i.name}_grad" in out_set or f"{i.name}.new" in out_set)}
     params = {n for n in updated if n.rsplit(".", 1)[0] not in updated or "." not in n}
     for vi in g.input:
         n = vi.name
         base = n.rsplit(".", 1)[0]
-        if n in params:
+        if n in statistics:
+            roles[n] = Role.STATISTIC
+        elif n in params:
             roles[n] = Role.PARAMETER
         elif base in params and n != base:
             roles[n] = Role.OPTIMIZER_STATE
@@ -210,7 +220,9 @@ def _roles(model: ModelProto, kind: str) -> dict[str, Role]:
         is_weight = (not training and t.data_type in (1, 10, 11, 16) and len(t.dims) >= 1)
         roles[t.name] = Role.PARAMETER if is_weight else Role.CONSTANT
     for n in outs:
-        if n.endswith("_grad"):
+        if n.endswith(".new") and n[:-4] in statistics:
+            roles[n] = Role.STATISTIC
+        elif n.endswith("_grad"):
             roles[n] = Role.GRADIENT
         elif n.endswith(".new") and n[:-4] in params:
             roles[n] = Role.PARAMETER
@@ -219,6 +231,19 @@ def _roles(model: ModelProto, kind: str) -> dict[str, Role]:
         elif n not in roles:
             roles[n] = Role.OUTPUT
     return roles
+
+
+def forward_metadata(model: ModelProto) -> dict:
+    """The ``dcstudio.forward`` record of a generated training step (its prediction, BatchNorm
+    statistics, dropout masks), or {} for any other model. Parsed as JSON data, never evaluated."""
+    for prop in model.metadata_props:
+        if prop.key == FORWARD_KEY:
+            try:
+                data = json.loads(prop.value)
+            except ValueError:
+                return {}
+            return data if isinstance(data, dict) else {}
+    return {}
 
 
 def _add_containers(g: Graph, model: ModelProto, types: dict, path: str | None, kind: str) -> None:

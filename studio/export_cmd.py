@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ir.errors import StudioError
+from ir.onnx_load import read_model
 
 
 def _inputs(graph, path: str | None) -> dict[str, np.ndarray]:
@@ -63,7 +64,19 @@ def load_with_history(model: str, history: str | None, bind: list[str], *, origi
         replay(graph, hist, path=history, every_peak=False)
     if not original:
         return graph, steps
-    return graph, steps, (feeds, lambda: pending.result().widened_to(stated_tolerance(steps)))
+    return graph, steps, (feeds, lambda: pending.result().widened_to(stated_tolerance(steps)), proto)
+
+
+def eval_forward_of(graph, proto):
+    """The eval-mode forward model of a generated training step (``transforms.autodiff.deploy``), or
+    None; ``proto`` is the original model or its path (read only when the graph has a forward part)."""
+    from ir.onnx_import import FORWARD_KEY
+    from transforms.autodiff.deploy import eval_forward
+    if FORWARD_KEY not in graph.meta or proto is None:
+        return None
+    if not hasattr(proto, "graph"):
+        proto = read_model(proto)
+    return eval_forward(proto)
 
 
 def write_package(graph, out_dir, backend: str, inputs, history, **options):
@@ -82,10 +95,11 @@ def write_package(graph, out_dir, backend: str, inputs, history, **options):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    graph, steps, (feeds, oracle) = load_with_history(args.model, args.history, args.bind, original=True,
-                                                      inputs=args.inputs)
+    graph, steps, (feeds, oracle, proto) = load_with_history(args.model, args.history, args.bind, original=True,
+                                                             inputs=args.inputs)
     res = write_package(graph, args.output, args.backend, feeds, steps, parallel=args.parallel, rtol=args.rtol,
-                        oracle=oracle, history_file=args.history, workers=args.workers)
+                        oracle=oracle, history_file=args.history, workers=args.workers,
+                        forward=eval_forward_of(graph, proto))
     out = Path(res.path).resolve()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(res.statements.items()))
     print(f"exported {args.model} ({len(steps)} history steps) to {out} [{args.backend}]: "

@@ -24,7 +24,7 @@ from ir.errors import StudioError
 from ir.graph import Graph
 from ir.memory import peak_bytes
 from ir.movement import Ledger, lower_bound
-from ir.onnx_import import import_model
+from ir.onnx_import import FORWARD_KEY, import_model
 from ir.onnx_load import read_model
 from ir.serialize import HashCache, graph_hash
 from transforms import engine
@@ -445,14 +445,16 @@ class Session:
         same model made it on the same deterministic feeds: ``oracle()``)."""
         from codegen.numpy_ref.feeds import feeds_for
         from codegen.oracle import stated_tolerance
-        from studio.export_cmd import write_package
+        from studio.export_cmd import eval_forward_of, write_package
         feeds = feeds_for(self.graph)
         feeds.update(inputs or {})
         steps = self._steps[: self._cursor]
         if oracle is None:
             oracle = self.oracle() if not inputs else self._new_oracle(feeds)
+        original = self._original_model() if FORWARD_KEY in self.graph.meta else None
         return write_package(self.graph, out_dir, backend, feeds, steps, parallel=parallel,
-                             oracle=oracle.widened_to(stated_tolerance(steps)))
+                             oracle=oracle.widened_to(stated_tolerance(steps)),
+                             forward=eval_forward_of(self.graph, original))
 
     # --- checking against the original model ------------------------------------------
     def oracle(self):

@@ -11,7 +11,10 @@ It prints what is trained and what is kept constant (``ParameterPlan.lines``).
 the exporter's constants), ``all`` (every float initializer of rank >= 1), names
 separated by commas, or ``@FILE`` (one name per line; ``#`` starts a comment).
 ``--list-parameters`` prints the trained names one per line (a ``@FILE`` to edit)
-and writes nothing.
+and writes nothing. A parameter read by several modules is reported (it trains as one, its
+gradients added: a tie the model makes, or equal tensors the exporter merged); ``--untie NAME``
+gives each of those modules its own copy. BatchNorm running statistics and dropout masks are
+step inputs and outputs (``transforms.autodiff``), which the exported ``Model`` feeds itself.
 """
 from __future__ import annotations
 
@@ -46,7 +49,8 @@ def _trainable(text: str) -> str | tuple[str, ...]:
 def cmd_train_graph(args: argparse.Namespace) -> int:
     options = dict(loss=args.loss, optimizer=None if args.optimizer == "none" else args.optimizer, lr=args.lr,
                    weight_decay=args.weight_decay, momentum=args.momentum, trainable=_trainable(args.trainable),
-                   emit_gradients=not args.no_gradients, ignore_index=args.ignore_index)
+                   emit_gradients=not args.no_gradients, ignore_index=args.ignore_index,
+                   untie=tuple(n.strip() for text in args.untie for n in text.split(",") if n.strip()))
     if args.list_parameters:
         print("\n".join(plan_parameters(read_model(args.forward), **options).trained))
         return 0
@@ -74,6 +78,9 @@ def add_parser(sub) -> None:
                         "@FILE with one name per line")
     p.add_argument("--list-parameters", action="store_true",
                    help="print the names that would be trained, one per line, and write nothing")
+    p.add_argument("--untie", action="append", default=[], metavar="NAME",
+                   help="give every module that reads initializer NAME a copy of its own (parameters the exporter "
+                        "merged because their values were equal); repeat it or separate names with commas")
     p.add_argument("--ignore-index", type=int, default=None, help="cross-entropy label to ignore")
     p.add_argument("--no-gradients", action="store_true", help="do not output the gradients")
     p.set_defaults(func=cmd_train_graph)

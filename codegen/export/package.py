@@ -3,7 +3,10 @@
 Layout of ``DIR`` (its name is the package name, so ``cd parent && python -m DIR --check``)::
 
     DIR/__init__.py     Model, INPUTS, OUTPUTS
-    DIR/__main__.py     --check (one step on stored inputs vs stored references), --time N
+    DIR/__main__.py     python -m DIR: --check (one step on stored inputs vs stored references), --time N,
+                        train --data BATCHES.npz --steps N, export-onnx OUT.onnx (``_cli.py``)
+    DIR/_runtime.py     the Model class: training state, checkpoints, ONNX (``codegen/program/runtime.py``)
+    DIR/_cli.py         the command line (``codegen/export/package_cli.py``)
     DIR/model.py        the program: header, memory plan (ARENA_BYTES, SLOT_OF, SHARED_BUFFERS and a
                         comment block: the honoured memory_reuse buffers, the fallbacks and why),
                         one statement per kernel, Model (``codegen.program.module``)
@@ -12,7 +15,10 @@ Layout of ``DIR`` (its name is the package name, so ``cd parent && python -m DIR
     DIR/_lib.py         BLAS calls and buffers (a copy of the backend's library, ``codegen/numba_cpu/library.py``)
     DIR/convolution.py  the library's parts, copied under their own names (CPU: the convolution kernels)
     DIR/_ref/           NumPy reference kernels for the ops without a kernel (``vendor``)
-    DIR/weights.npz     initializers, folded constants, default inputs (parameters, optimizer state)
+    DIR/weights.npz     initializers, folded constants, default inputs (parameters, running statistics)
+    DIR/predict.py      a generated step's forward model in eval mode (``Model.forward``), with
+                        predict_weights.npz (its constants) and forward.onnx (the model to deploy,
+                        without the trained tensors: ``Model.export_onnx`` writes them in)
     DIR/check.npz       inputs ``in_<k>`` (but those weights.npz holds as defaults: the step takes them
                         from there), the ORIGINAL model's outputs ``out_<k>`` (float64 truth,
                         k = position in INPUTS / OUTPUTS) with per-output comparison scales
@@ -35,9 +41,10 @@ from typing import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
-from codegen.export import vendor
+from codegen.export import package_cli, vendor
 from codegen.numpy_ref.registry import lookup
 from codegen.oracle import Oracle, comparison_scales
+from codegen.program import runtime
 from codegen.program.backend import Backend
 from codegen.program.module import module_text
 from codegen.program.namespace import comment
@@ -47,6 +54,8 @@ from codegen.program.traffic import Traffic, traffic
 from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
+from ir.onnx_import import import_proto
+from transforms.autodiff.deploy import EvalForward
 
 GENERATOR = "dcstudio codegen.export 1"
 
@@ -194,10 +203,12 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
                    version: str = "0", parallel: bool = True, rtol: float | None = None,
                    defaults: Sequence[str] | None = None, backend: Backend | str = "cpu",
                    oracle: Oracle | Callable[[], Oracle] | None = None, history_file: str | Path | None = None,
-                   workers: int = 2) -> ExportResult:
+                   workers: int = 2, forward: EvalForward | None = None) -> ExportResult:
     """Write the package (see the module docstring). ``inputs`` feed the stored check; the
-    inputs named in ``defaults`` (default: parameters and optimizer state) become the
-    model's default values in ``weights.npz``. ``oracle`` is the ORIGINAL model's, built on
+    inputs named in ``defaults`` (default: parameters and BatchNorm running statistics) become the
+    model's default values in ``weights.npz`` (optimizer state starts at zeros: ``Model``).
+    ``forward``: the eval-mode forward model of a generated step (``transforms.autodiff.deploy``),
+    compiled as ``predict.py`` for ``Model.forward`` and written as ``forward.onnx``. ``oracle`` is the ORIGINAL model's, built on
     ``inputs`` (``Oracle.of(original_graph, proto, inputs)``), or a function that returns it, called
     once the kernels are written (``Oracle.start(…).result``: it may run meanwhile); without one the graph as given
     stands for the original. ``rtol`` replaces every derived tolerance (an override). ``workers``:
@@ -211,13 +222,19 @@ def export_package(graph: Graph, out_dir: str | Path, *, inputs: Mapping[str, np
                          panels=backend.panels)
     if backend.name == "cpu" and workers > 1:
         prog.schedule = fork_join(prog, workers)
+    predict = None
+    if forward is not None:
+        predict = (build_program(import_proto(forward.program, name=f"{graph.name}-forward"),
+                                 backend.renderer(parallel), kernels_may_alias=backend.kernels_may_alias,
+                                 panels=backend.panels), forward)
     tmp = out.with_name(f".{name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
     vendored = set(vendor.write_reference(tmp / "_ref"))
     try:
-        _check_exportable(prog, vendored)
+        for p in [prog] + ([predict[0]] if predict else []):
+            _check_exportable(p, vendored)
         moved = _write(prog, graph, tmp, inputs, (history, history_file), version,
-                       lambda: _oracle(graph, inputs, oracle, rtol), defaults, backend)
+                       lambda: _oracle(graph, inputs, oracle, rtol), defaults, backend, predict)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -239,29 +256,42 @@ def _oracle(graph: Graph, inputs, oracle, rtol: float | None) -> Oracle:
     return oracle.with_tolerance(rtol) if rtol is not None else oracle
 
 
-def _write_kernels(prog: Program, kdir: Path, backend: Backend) -> None:
-    """``kernels/``: one module per kernel (CPU: byte-identical to dcstudio's kernel cache)."""
+def _write_kernels(progs: list[Program], kdir: Path, backend: Backend) -> None:
+    """``kernels/``: one module per kernel of the programs (CPU: byte-identical to dcstudio's kernel cache)."""
     kdir.mkdir()
-    names = sorted(prog.kernels)
-    for name in names:
-        (kdir / f"{name}.py").write_text(backend.kernel_module(prog.kernels[name]), encoding="utf-8")
-    (kdir / "__init__.py").write_text(backend.kernels_init(names), encoding="utf-8")
+    kernels = {name: source for prog in progs for name, source in prog.kernels.items()}
+    for name in sorted(kernels):
+        (kdir / f"{name}.py").write_text(backend.kernel_module(kernels[name]), encoding="utf-8")
+    (kdir / "__init__.py").write_text(backend.kernels_init(sorted(kernels)), encoding="utf-8")
+
+
+def _write_predict(prog: Program, forward: EvalForward, tmp: Path, name: str) -> None:
+    """``predict.py`` (the eval program ``Model.forward`` runs), its constants and ``forward.onnx``."""
+    doc = f"The forward model of {name} in eval mode, generated by dcstudio (Model.forward runs it)."
+    (tmp / "predict.py").write_text(module_text(prog, mode="predict", doc=doc), encoding="utf-8")
+    np.savez(tmp / "predict_weights.npz", **prog.arrays)
+    (tmp / "forward.onnx").write_bytes(forward.deploy.SerializeToString())
 
 
 def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str, oracle: Callable[[], Oracle],
-           defaults, backend: Backend) -> Traffic:
+           defaults, backend: Backend, predict: tuple[Program, EvalForward] | None) -> Traffic:
     name = ascii(graph.name).replace('"', "'").replace("\\", "/")     # nothing that could end a docstring
     doc = f"One training step of {name}, generated by dcstudio: a standalone module ({backend.requires})."
     chosen = defaults if defaults is not None else [
-        n for n in graph.inputs if graph.containers[n].role in (Role.PARAMETER, Role.OPTIMIZER_STATE)]
+        n for n in graph.inputs if graph.containers[n].role in (Role.PARAMETER, Role.STATISTIC)]
     chosen = [n for n in chosen if n in inputs]
     for n in chosen:
         prog.arrays[prog.var(n)] = np.asarray(inputs[n])    # default inputs: Model.state
     moved = traffic(prog, backend.name)
     head = header(graph, history[0], version, history[1]) + f"# {moved.summary()}\n"
-    (tmp / "model.py").write_text(module_text(prog, mode="export", doc=doc, header=head), encoding="utf-8")
-    _write_kernels(prog, tmp / "kernels", backend)
+    (tmp / "model.py").write_text(module_text(prog, mode="export", doc=doc, header=head, predict=bool(predict)),
+                                  encoding="utf-8")
+    if predict:
+        _write_predict(*predict, tmp, name)
+    _write_kernels([prog] + ([predict[0]] if predict else []), tmp / "kernels", backend)
     (tmp / "_lib.py").write_text(backend.library.read_text(encoding="utf-8"), encoding="utf-8")
+    for source, target in ((runtime.__file__, "_runtime.py"), (package_cli.__file__, "_cli.py")):
+        (tmp / target).write_text(Path(source).read_text(encoding="utf-8"), encoding="utf-8")
     for part in backend.library_parts:
         (tmp / part.name).write_text(part.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp / "__init__.py").write_text(f'"""{doc}"""\nfrom .model import INPUTS, OUTPUTS, Model  # noqa: F401\n',
@@ -273,82 +303,12 @@ def _write(prog: Program, graph: Graph, tmp: Path, inputs, history, version: str
     return moved
 
 
-MAIN = '''"""python -m <package> --check: one step on the stored inputs, compared with the ORIGINAL
-model's outputs (float64, computed by dcstudio at export time) within per-output tolerances
-derived from onnxruntime's own fp32 error. --time N also times N steps after one warm-up step."""
-import argparse
-import os
+MAIN = '''"""python -m <package>: --check, --time N, train, export-onnx (the command line is _cli.py)."""
 import sys
-import time
 
-import numpy as np
-
-from .model import INPUTS, OUTPUTS, Model
-
-
-def _inputs(data):
-    return {name: data[f"in_{k}"] for k, name in enumerate(INPUTS) if f"in_{k}" in data}
-
-
-def _error(got, ref, scale):
-    if got.shape != ref.shape:
-        return float("inf")
-    diff = np.where((got == ref) | (np.isnan(got) & np.isnan(ref)), 0.0, np.abs(got - ref))
-    return float("inf") if np.isnan(diff).any() else float(diff.max(initial=0.0)) / scale
-
-
-def check(model, data, rtol=None):
-    out = model.step(**_inputs(data))
-    print(f"compared with {data['about']}")
-    failures = 0
-    for k, name in enumerate(OUTPUTS):
-        ref = data[f"out_{k}"].astype(np.float64)
-        got = out[name].get() if hasattr(out[name], "get") else out[name]   # a device array comes home
-        got = np.asarray(got, np.float64)
-        tol = float(data[f"tol_{k}"]) if rtol is None else rtol
-        if float(data[f"tol_{k}"]) == 0.0:
-            ok, text = got.shape == ref.shape and np.array_equal(got, ref), "exact"
-        else:
-            err = _error(got, ref, float(data[f"scale_{k}"]))
-            ok, text = err <= tol, f"error {err:.3g} (tolerance {tol:.3g})"
-        failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name!a}: {text}")
-    print(f"{len(OUTPUTS) - failures}/{len(OUTPUTS)} outputs match")
-    return failures == 0
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="compare one step with the stored references")
-    parser.add_argument("--rtol", type=float, default=None,
-                        help="override: one tolerance for every output instead of the stored ones")
-    parser.add_argument("--time", type=int, default=0, metavar="N",
-                        help="time N steps (after a warm-up step) as a training loop runs them: outputs in "
-                             "reused buffers (Model(recycle_outputs=True)), no fresh pages to fault in")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="kernel and BLAS threads (default: $DCSTUDIO_THREADS, else every physical core "
-                             "this process may run on)")
-    args = parser.parse_args(argv)
-    with np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "check.npz")) as f:
-        data = {key: f[key] for key in f.files}
-    model = Model(threads=args.threads)
-    ok = check(model, data, args.rtol) if args.check or not args.time else True
-    if args.time:
-        feeds = _inputs(data)
-        model = Model(threads=args.threads, recycle_outputs=True)
-        model.step(**feeds)
-        times = []
-        for _ in range(args.time):
-            t0 = time.perf_counter()
-            model.step(**feeds)
-            times.append(time.perf_counter() - t0)
-        times.sort()
-        used = model.threads or {}
-        print(f"step: median {times[len(times) // 2] * 1e3:.2f} ms, min {times[0] * 1e3:.2f} ms over {args.time} "
-              f"(threads: numba {used.get('numba') or '-'}, BLAS {used.get('blas') or '-'})")
-    return 0 if ok else 1
-
+from ._cli import main
+from .model import Model
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(Model, __package__))
 '''

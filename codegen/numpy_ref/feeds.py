@@ -1,6 +1,6 @@
 """Deterministic inputs for checking a graph numerically (replay ``--check``, exported ``--check``).
 
-Floats are small normal values, optimizer moments non-negative, ``learning_rate``
+Floats are small normal values, optimizer moments and running statistics non-negative, ``learning_rate``
 1e-3 and ``step`` 1, integer inputs 0/1 (valid class ids and masks), booleans
 random. The same seed gives the same feeds in any process. ``names`` makes only those inputs
 (a profiling cutout needs a few, not every optimizer moment of the model), each drawn from its
@@ -37,7 +37,7 @@ def feeds_for(graph: Graph, seed: int = 0, names: Iterable[str] | None = None) -
             feeds[name] = rng.random(shape) < 0.9
         elif dt.kind in "iu":
             feeds[name] = rng.integers(0, 2, shape).astype(dt)
-        elif c.role is Role.OPTIMIZER_STATE:
+        elif c.role in (Role.OPTIMIZER_STATE, Role.STATISTIC):
             feeds[name] = (np.abs(rng.standard_normal(shape)) * 1e-3).astype(dt)
         else:
             feeds[name] = (rng.standard_normal(shape) * 0.5).astype(dt)

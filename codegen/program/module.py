@@ -9,7 +9,8 @@ The module (the ``model.py`` of an exported package; a cached file in-process) h
   through ``L`` (the backend's library: NumPy for the CPU, CuPy for CUDA) and kernels
   are called as ``K.k_<sha>(arrays…, extents…)``;
 - ``INPUTS``/``OUTPUTS``/``FORWARD_OUTPUTS`` (the model's own names, as ASCII string
-  literals) and ``UPDATES`` (``p.new`` → ``p`` pairs for ``Model.train_step``);
+  literals), input dtypes and shapes, ``UPDATES`` (``p.new`` → ``p`` pairs for ``Model.train_step``)
+  and ``TRAINING`` (``codegen.program.training``: learning rate, step and mask inputs);
 - the reference-kernel tables ``_REF_k``/``_CTX_k``;
 - the memory plan: ``ARENA_BYTES`` (bytes of ``_step``'s intermediate slots), ``SLOT_OF``
   (intermediate → slot), ``SHARED_BUFFERS`` (the honoured ``memory_reuse`` buffers:
@@ -21,8 +22,10 @@ The module (the ``model.py`` of an exported package; a cached file in-process) h
   name is dropped (``x = None``) right after its last use; it returns
   ``{output name: array}`` (outputs are fresh arrays, or the recycled buffers ``R``);
 - ``_forward``: the same with only the kernels the loss needs;
-- ``class Model``: weights and default inputs (``W``, from ``weights.npz`` or given),
-  ``step(**inputs)``, ``forward(**inputs)``, ``train_step(**inputs)``.
+- ``Model = _runtime.bind(globals())``: the training object of ``codegen.program.runtime``
+  (a copy of it, ``_runtime.py``, in a package), with weights and default inputs (``W``, from
+  ``weights.npz`` or given); in a package ``PREDICT`` is its eval program ``predict.py`` (the same
+  text with ``mode="predict"``: ``_step`` only) or None.
 
 ``line_map`` maps generated line numbers to node ids (torch.fx's ``_lineno_map``) for
 error messages.
@@ -37,6 +40,7 @@ from codegen.program.namespace import comment, literal
 from codegen.program.program import Alloc, Program, Statement
 from codegen.program.schedule import merged, units
 from codegen.program.shared_buffers import recorded_plan
+from codegen.program.training import training_table
 from codegen.program.wrap import WIDTH, wrap_text
 from ir import memory
 from ir.containers import Role
@@ -47,92 +51,25 @@ EXPORT_IMPORTS = """import os
 import numpy as np
 
 from . import _lib as L
-from . import kernels as K
+{runtime}from . import kernels as K
 from ._ref import kernels as _ref_kernels  # noqa: F401  (fills the reference kernel table)
 from ._ref.registry import OpContext, lookup as _lookup
 
-EXTERN = {}
+EXTERN = {{}}
 """
-
-MODEL_CLASS = '''
-
-class Model:
-    """One training step of the graph: ``step(**inputs) -> {output: array}``.
-
-    Inputs are passed by their names in the model (``INPUTS``; use ``**{name: value}``
-    for names that are not identifiers). Inputs not passed take their default values
-    (initializers, initial parameters and optimizer state) from ``weights``.
-    ``train_step`` also feeds the new parameters and state back as the next defaults.
-    ``recycle_outputs=True`` writes outputs into two reused sets of buffers (no page
-    faults in a training loop); a step's outputs are then valid until the step after next.
-    On CUDA it also replays each step as one captured CUDA graph from the third step on
-    (``L.run``; ``$DCSTUDIO_CUDA_GRAPHS=0`` turns that off, ``L.GRAPH_NOTES`` says why a step ran
-    kernel by kernel).
-    ``threads``: kernel and BLAS threads for this process (``L.set_threads``); None uses
-    ``$DCSTUDIO_THREADS`` or every physical core of the affinity mask, 0 leaves them as they are.
-    A Model is not thread-safe: its intermediate buffers are reused every step.
-    """
-
-    def __init__(self, weights=None, recycle_outputs=False, threads=None):
-        self.threads = L.set_threads(threads) if threads != 0 else None
-        self.weights = {key: L.asarray(value) for key, value in (_load_weights() if weights is None
-                                                                  else weights).items()}
-        self.state = {name: self.weights[key] for name, key in _DEFAULTS.items() if key in self.weights}
-        self.recycle_outputs = recycle_outputs
-        self._pools = {}
-        self._parity = 0
-
-    def _outputs(self, which, sizes):
-        """With ``recycle_outputs``, two sets of output buffers used in turn: a step's outputs
-        stay valid through the next step (then they are overwritten). Else None: fresh arrays."""
-        if not self.recycle_outputs:
-            return None
-        self._parity ^= 1
-        return self._pool(f"{which}-out{self._parity}", sizes)
-
-    def _pool(self, which, sizes):
-        """The planned intermediate buffers (allocated once, reused every step; not thread-safe)."""
-        if which not in self._pools:
-            self._pools[which] = [L.alloc((n,), np.uint8) for n in sizes]
-        return self._pools[which]
-
-    def _args(self, inputs):
-        unknown = sorted(set(inputs) - set(INPUTS))
-        if unknown:
-            raise TypeError(f"unknown inputs {unknown}; the model takes {list(INPUTS)}")
-        args = []
-        for name, dtype in zip(INPUTS, _INPUT_DTYPES):
-            if name in inputs:
-                args.append(L.asarray(inputs[name], dtype=dtype))
-            elif name in self.state:
-                args.append(self.state[name])
-            else:
-                raise TypeError(f"missing input {name!r} (it has no default value)")
-        return args
-
-    def step(self, **inputs):
-        """Run one training step; returns every graph output by name."""
-        return L.run(_step, self.weights, self._pool("step", _SLOTS), self._outputs("step", _OUT_SLOTS),
-                     self._args(inputs))
-
-    def forward(self, **inputs):
-        """Only the kernels the loss (the graph's non-training outputs) needs."""
-        return L.run(_forward, self.weights, self._pool("forward", _FORWARD_SLOTS),
-                     self._outputs("forward", _FORWARD_OUT_SLOTS), self._args(inputs))
-
-    def train_step(self, **inputs):
-        """``step``, then the updated parameters and optimizer state become the defaults."""
-        out = self.step(**inputs)
-        for new, old in UPDATES:
-            self.state[old] = out[new]
-        return out
-'''
 
 LOAD_WEIGHTS = {
     "export": '''
 
 def _load_weights():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights.npz")
+    path = os.path.join(DIRECTORY, "weights.npz")
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+''',
+    "predict": '''
+
+def _load_weights():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "predict_weights.npz")
     with np.load(path, allow_pickle=False) as data:
         return {key: data[key] for key in data.files}
 ''',
@@ -142,6 +79,13 @@ def _load_weights():
     raise TypeError("an in-process program is given its weights: Model(weights)")
 ''',
 }
+
+RUNTIME = {   # where Model comes from (codegen.program.runtime), the eval program, the package folder
+    "export": ("from . import _runtime\n", "DIRECTORY = os.path.dirname(os.path.abspath(__file__))\n"),
+    "inprocess": ("from codegen.program import runtime as _runtime\n", "DIRECTORY = None\nPREDICT = None\n"),
+    "predict": ("", ""),
+}
+MODEL = "\n\nModel = _runtime.bind(globals())  # codegen.program.runtime: steps, state, checkpoints, ONNX\n"
 
 
 def free_after(statements: list[Statement], keep: set[str]) -> list[list[str]]:
@@ -314,39 +258,50 @@ def _schedule_text(prog: Program) -> str:
 
 
 def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: str = "",
-                imports: str | None = None) -> str:
+                imports: str | None = None, predict: bool = False) -> str:
     """The module (see the module docstring); ``header`` is a block of ``#`` lines, ``extra``
     more functions (the profiler's instrumented step). ``mode="inprocess"`` takes its import
-    block from the backend's runner (``imports``: it binds ``L``, ``K``, ``EXTERN``)."""
+    block from the backend's runner (``imports``: it binds ``L``, ``K``, ``EXTERN``);
+    ``mode="predict"`` is a package's eval program (``predict.py``: ``_step`` only, no ``Model``);
+    ``predict``: the package has one (``Model.forward`` runs it)."""
     g = prog.graph
-    if mode != "export" and imports is None:
+    if mode == "inprocess" and imports is None:
         raise ValueError("an in-process module needs its backend's import block")
-    imports = EXPORT_IMPORTS if mode == "export" else imports
-    defaults = {c: prog.var(c) for c in g.inputs if prog.var(c) in prog.arrays}
-    fwd = forward_outputs(prog)
+    runtime = RUNTIME[mode][0]
+    imports = imports + runtime if mode == "inprocess" else EXPORT_IMPORTS.format(runtime=runtime)
     step_units = units(prog.statements, prog.schedule)
-    fwd_units = units(prog.statements, prog.schedule, keep=_needed(prog, fwd))
     step_plan = function_plan(prog, merged(step_units), list(g.outputs))
-    fwd_plan = function_plan(prog, merged(fwd_units), fwd)
-    dts = ", ".join(f"np.dtype({literal(g.container(c).dtype)})" for c in g.inputs)
     parts = [f'"""{doc}"""\n' + header, imports,
-             f"INPUTS = {literal(tuple(g.inputs))}\nOUTPUTS = {literal(tuple(g.outputs))}\n"
-             f"FORWARD_OUTPUTS = {literal(tuple(fwd))}\nUPDATES = {literal(tuple(updates(prog)))}\n"
-             f"_DEFAULTS = {literal(defaults)}\n_INPUT_DTYPES = ({dts}{',' if len(g.inputs) == 1 else ''})\n"
-             f"_SLOTS = {literal(tuple(step_plan.slots))}  # planned buffers: {step_plan.nbytes} bytes\n"
-             f"_FORWARD_SLOTS = {literal(tuple(fwd_plan.slots))}\n"
-             f"_OUT_SLOTS = {literal(tuple(step_plan.out_slots))}\n"
-             f"_FORWARD_OUT_SLOTS = {literal(tuple(fwd_plan.out_slots))}\n",
-             memory_comment(prog, step_plan) + _memory_constants(step_plan),
-             _schedule_text(prog),
-             "\n".join(prog.tables) + ("\n" if prog.tables else ""),
-             "\n".join(_function(prog, "_step", step_units, list(g.outputs), step_plan)) + "\n",
-             "\n".join(_function(prog, "_forward", fwd_units, fwd, fwd_plan)) + "\n"]
+             _interface(prog, step_plan), memory_comment(prog, step_plan) + _memory_constants(step_plan),
+             _schedule_text(prog), "\n".join(prog.tables) + ("\n" if prog.tables else ""),
+             "\n".join(_function(prog, "_step", step_units, list(g.outputs), step_plan)) + "\n"]
+    if mode != "predict":
+        fwd = forward_outputs(prog)
+        fwd_units = units(prog.statements, prog.schedule, keep=_needed(prog, fwd))
+        fwd_plan = function_plan(prog, merged(fwd_units), fwd)
+        parts[2] += (f"FORWARD_OUTPUTS = {literal(tuple(fwd))}\nUPDATES = {literal(tuple(updates(prog)))}\n"
+                     f"TRAINING = {literal(training_table(g))}\n_FORWARD_SLOTS = {literal(tuple(fwd_plan.slots))}\n"
+                     f"_FORWARD_OUT_SLOTS = {literal(tuple(fwd_plan.out_slots))}\n" + RUNTIME[mode][1] +
+                     ("from . import predict as PREDICT\n" if predict else "PREDICT = None\n" if mode == "export" else ""))
+        parts.append("\n".join(_function(prog, "_forward", fwd_units, fwd, fwd_plan)) + "\n")
     parts.append(extra)
     doc_line, rest = parts[0].split("\n", 1)
     parts[0] = doc_line + "\n" + wrap_text(rest)             # the docstring is one line of its own
     parts[1:] = [wrap_text(p) for p in parts[1:]]             # code and comments: lines of at most 120
-    return "\n\n".join(p for p in parts if p) + LOAD_WEIGHTS[mode] + MODEL_CLASS
+    return "\n\n".join(p for p in parts if p) + LOAD_WEIGHTS[mode] + (MODEL if mode != "predict" else "")
+
+
+def _interface(prog: Program, step_plan: Plan) -> str:
+    """``INPUTS``, ``OUTPUTS``, default inputs, input dtypes and shapes, the step's slots."""
+    g = prog.graph
+    defaults = {c: prog.var(c) for c in g.inputs if prog.var(c) in prog.arrays}
+    comma = "," if len(g.inputs) == 1 else ""
+    dts = ", ".join(f"np.dtype({literal(g.container(c).dtype)})" for c in g.inputs)
+    shapes = tuple(tuple(g.container(c).concrete_shape(g.bindings)) for c in g.inputs)
+    return (f"INPUTS = {literal(tuple(g.inputs))}\nOUTPUTS = {literal(tuple(g.outputs))}\n"
+            f"_DEFAULTS = {literal(defaults)}\n_INPUT_DTYPES = ({dts}{comma})\n_INPUT_SHAPES = {literal(shapes)}\n"
+            f"_SLOTS = {literal(tuple(step_plan.slots))}  # planned buffers: {step_plan.nbytes} bytes\n"
+            f"_OUT_SLOTS = {literal(tuple(step_plan.out_slots))}\n")
 
 
 _HEAD = re.compile(r"    # (\S+) \(.*\)$|    def _p\d+\(\):  # (\S+)$")

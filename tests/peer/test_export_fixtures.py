@@ -141,7 +141,8 @@ def test_exported_step_matches_reference_and_fixture(fixtures_dir, tmp_path, cas
         stored = {k: f[k] for k in f.files}
     defaults = [k for k, n in enumerate(package.model.INPUTS) if n in package.model._DEFAULTS]
     assert not any(f"in_{k}" in stored for k in defaults)      # the step takes them from weights.npz
-    assert importlib.import_module(f"{pkg.name}.__main__").check(package.Model(), stored)
+    cli = importlib.import_module(f"{pkg.name}._cli")
+    assert cli.check(package.Model(), stored, package.model.INPUTS, package.model.OUTPUTS)
     assert mismatches(graph, want, out, 2e-3 if batchnorm else 1e-4) == []
     _check_fixture_references(graph, out, ref, 2e-2 if batchnorm else 1e-4)
     assert steps > 0 or not fused or "gradient_model" in case

@@ -44,6 +44,7 @@ class Forward:
     initializers: dict[str, TensorProto]
     prediction: str
     choice: Any = None   # parameters.ParameterChoice of the original model (set by the caller)
+    masks: Any = None    # dropout_masks.Masks: training Dropouts whose mask is a step input (set by the caller)
 
     def float_initializers(self) -> list[str]:
         return [n for n, t in self.initializers.items() if t.data_type in FLOAT_ELEMS]

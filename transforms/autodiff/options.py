@@ -38,6 +38,8 @@ class TrainingOptions:
     - ``emit_gradients``: also output ``<p>_grad``.
     - ``batchnorm``: ``"train"`` (batch statistics, the default for training) or ``"eval"``.
     - ``initial_values``: keep the parameters' initial values as default input values.
+    - ``untie``: initializers to give every module that reads them a copy of its own
+      (``sharing.untie``: parameters the exporter merged).
     """
 
     FORMAT: ClassVar[str] = "dcstudio-training-options"
@@ -55,6 +57,7 @@ class TrainingOptions:
     batchnorm: str = "train"
     output: str | None = None
     initial_values: bool = True
+    untie: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _choice("loss", self.loss, LOSSES)
@@ -69,6 +72,9 @@ class TrainingOptions:
             raise OptionError(f"option lr={self.lr!r} must be > 0")
         object.__setattr__(self, "betas", self._resolved_betas())
         object.__setattr__(self, "trainable", self._resolved_trainable())
+        if isinstance(self.untie, str) or not all(isinstance(n, str) for n in self.untie):
+            raise OptionError(f"option untie={self.untie!r} must be a list of initializer names")
+        object.__setattr__(self, "untie", tuple(self.untie))
         if self.ignore_index is not None and (isinstance(self.ignore_index, bool)
                                               or not isinstance(self.ignore_index, int)):
             raise OptionError(f"option ignore_index={self.ignore_index!r} must be an int or None")
@@ -112,7 +118,7 @@ class TrainingOptions:
         if unknown:
             raise OptionError(f"unknown training options {unknown}; known: {sorted(known)}")
         kwargs = {k: v for k, v in data.items() if k in known}
-        for key in ("betas", "trainable"):
+        for key in ("betas", "trainable", "untie"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)

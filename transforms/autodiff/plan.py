@@ -19,11 +19,14 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from onnx import TensorProto, helper, numpy_helper
 
+from transforms.autodiff.sharing import report_lines
+
 if TYPE_CHECKING:
     from transforms.autodiff.forward import Forward
     from transforms.autodiff.parameters import Tie
 
 SHOWN = 6   # names shown per line before eliding
+STATISTIC = "BatchNorm running statistic"    # parameters.choose_parameters' reason for them
 
 
 @dataclass(slots=True)
@@ -36,11 +39,15 @@ class ParameterPlan:
     numel: dict[str, int]
     ties: list["Tie"] = field(default_factory=list)
     repairs: list[str] = field(default_factory=list)
+    shared: dict[str, list[str]] = field(default_factory=dict)   # trained names read by several modules
+    statistics_updated: bool = False                              # BatchNorm running statistics are step state
 
     def frozen(self) -> list[str]:
         chosen = set(self.trained)
-        return [n for n in self.reasons if n not in chosen]
+        return [n for n in self.reasons if n not in chosen and not self._updated(n)]
 
+    def _updated(self, name: str) -> bool:
+        return self.statistics_updated and self.reasons[name] == STATISTIC
     def lines(self, shown: int = SHOWN) -> list[str]:
         """A summary: the trained names, then the constant ones grouped by reason (long lists elided)."""
         values = sum(self.numel[n] for n in self.trained)
@@ -54,9 +61,16 @@ class ParameterPlan:
             groups.setdefault(self.reasons[n].split(": ")[0], []).append(_label(n, self.reasons[n], trained=False))
         for key, names in groups.items():
             out.append(f"  {len(names)} {key}: {_elided(names, shown)}")
+        stats = [n for n in self.reasons if self._updated(n)]
+        if stats:
+            out.append(f"updates {len(stats)} BatchNorm running statistics every step (PyTorch's momentum and "
+                       f"unbiased variance): {_elided(stats, shown)}")
         if self.repairs:
             out.append(f"undoes {len(self.repairs)} exporter merges/removals of parameters:")
             out.append("  " + _elided(self.repairs, shown))
+        if self.shared:
+            out.append(f"trains {len(self.shared)} parameter(s) read by several modules as one (their gradients add):")
+            out += report_lines(self.shared)
         return out
 
 

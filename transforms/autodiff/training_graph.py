@@ -25,9 +25,12 @@ from typing import Any, Callable
 
 from onnx import ModelProto, NodeProto, helper
 
+from ir.onnx_import import OPTIONS_KEY
 from ir.onnx_load import read_model
 from transforms.autodiff import rules as _rules  # noqa: F401  (fills GRADIENTS)
 from transforms.autodiff.backward import backward, differentiable_paths
+from transforms.autodiff.deploy import forward_record
+from transforms.autodiff.dropout_masks import explicit_masks
 from transforms.autodiff.emitter import Emitter
 from transforms.autodiff.exporter_repair import repair_dynamo_export
 from transforms.autodiff.forward import Forward, prepare_forward
@@ -36,9 +39,11 @@ from transforms.autodiff.optimizers import UpdateGraph, build_update
 from transforms.autodiff.options import OptionError, TrainingOptions
 from transforms.autodiff.parameters import choose_parameters
 from transforms.autodiff.plan import ParameterPlan, apply_ties, make_plan
+from transforms.autodiff.running_stats import RunningStats, running_statistics
+from transforms.autodiff.sharing import shared_parameters, untie
 from transforms.autodiff.support import check_supported
 
-METADATA_KEY = "dcstudio.training_options"
+METADATA_KEY = OPTIONS_KEY
 
 
 def build_training_graph(forward: ModelProto, **options: Any) -> ModelProto:
@@ -93,18 +98,22 @@ def build(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None =
             grads[p] = em.zeros(em.shape(p), p)
     named = _name_gradients(em, params, grads) if opts.emit_gradients else grads
     update = build_update(em, opts, params, named) if opts.optimizer else UpdateGraph()
-    return _assemble(fwd, opts, em, params, loss_graph, update)
+    stats = running_statistics(fwd, em) if opts.optimizer else RunningStats()
+    return _assemble(fwd, opts, em, params, loss_graph, update, stats)
 
 
 def _prepared(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None = None,
               loss_outputs: list[str] | None = None) -> tuple[Forward, Emitter, LossGraph]:
     check_supported(forward)
     forward, repairs = repair_dynamo_export(forward)
+    forward, untied = untie(forward, opts.untie)
     choice = choose_parameters(forward)
-    choice.repairs = repairs
+    choice.repairs = repairs + untied
     fwd = prepare_forward(forward, opts)
     fwd.choice = choice
     apply_ties(fwd, choice.ties)
+    fwd.masks = explicit_masks(fwd)
+    fwd.data_inputs += fwd.masks.inputs
     em = Emitter(fwd.opset, fwd.types, _all_names(fwd))
     em.scope = "loss"
     loss_graph = (loss or loss_builder(opts.loss, opts.ignore_index))(em, loss_outputs or [fwd.prediction])
@@ -127,6 +136,8 @@ def _trainable(fwd: Forward, opts: TrainingOptions, em: Emitter, seeds: dict[str
             raise OptionError(f"trainable names {missing} are not float initializers of the forward model "
                               f"(candidates: {', '.join(candidates[:20])}{', …' if len(candidates) > 20 else ''})")
     plan = make_plan(fwd, opts.trainable, lambda names: differentiable_paths(fwd.nodes, names, seeds, em)[1])
+    plan.shared = shared_parameters(fwd.model.graph, plan.trained)
+    plan.statistics_updated = bool(opts.optimizer) and opts.batchnorm == "train"
     if not plan.trained:
         raise OptionError("nothing to train: no parameter of the forward model reaches the loss through "
                           "differentiable ops (" + "; ".join(line.strip() for line in plan.lines()[3:]) + "). Name the "
@@ -160,23 +171,24 @@ def _name_gradients(em: Emitter, params: list[str], grads: dict[str, str]) -> di
 
 
 def _assemble(fwd: Forward, opts: TrainingOptions, em: Emitter, params: list[str], loss_graph: LossGraph,
-              update: UpdateGraph) -> ModelProto:
+              update: UpdateGraph, stats: RunningStats) -> ModelProto:
     param_vis = [helper.make_tensor_value_info(p, em.elem(p), list(em.shape(p))) for p in params]
     loss_vi = helper.make_tensor_value_info(loss_graph.loss, em.elem(fwd.prediction), [])
-    outputs = [loss_vi] + update.outputs
+    outputs = [loss_vi] + update.outputs + stats.outputs
     if opts.emit_gradients:
         outputs += [helper.make_tensor_value_info(f"{p}_grad", em.elem(p), list(em.shape(p))) for p in params]
     trainable = set(params)
     inits = [t for n, t in fwd.initializers.items() if n not in trainable or opts.initial_values]
     nodes = _live_nodes(list(fwd.nodes) + em.nodes, {o.name for o in outputs})
     graph = helper.make_graph(nodes, f"{fwd.model.graph.name or 'model'}_training", fwd.data_inputs +
-                              loss_graph.inputs + param_vis + update.inputs, outputs)
+                              loss_graph.inputs + param_vis + update.inputs + stats.inputs, outputs)
     graph.initializer.extend(inits)
     graph.initializer.extend(em.initializers)
     opset = [helper.make_opsetid("", fwd.opset)]
     model = helper.make_model(graph, opset_imports=opset, producer_name="dcstudio",
                               ir_version=max(helper.find_min_ir_version_for(opset), 8))
-    helper.set_model_props(model, {METADATA_KEY: json.dumps(opts.to_json(), sort_keys=True)})
+    helper.set_model_props(model, {METADATA_KEY: json.dumps(opts.to_json(), sort_keys=True),
+                                   **forward_record([fwd.prediction], stats.names, fwd.masks.dropout, stats.aliases)})
     return model
 
 

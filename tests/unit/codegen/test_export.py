@@ -28,7 +28,9 @@ from transforms.registry import create  # noqa: E402
 STDLIB_OK = {"argparse", "os", "sys", "time", "math", "importlib", "__future__", "typing", "dataclasses",
              "itertools", "functools", "collections", "operator", "cmath", "numpy", "numba", "ml_dtypes",
              "threadpoolctl", "concurrent", "threading", "platform", "llvmlite",
-             "ctypes", "warnings"}   # threadpoolctl optional (_lib.set_threads); ctypes: quiet_blas; warnings: SPINNING
+             "ctypes", "warnings", "json", "tempfile", "types", "rich"}
+# threadpoolctl optional (_lib.set_threads); ctypes: quiet_blas; warnings: SPINNING; json, tempfile, types: the
+# runtime's checkpoints; rich optional (_cli.py's training progress, plain lines without it)
 
 
 # --- namespace -------------------------------------------------------------------------------
@@ -220,7 +222,7 @@ def test_recycled_outputs_feed_the_next_step(tmp_path, fixtures_dir):
     res = export_package(g, tmp_path / "pkg_rec", inputs=feeds)
     mod = load_package(res.path)
     m = mod.Model(recycle_outputs=True)
-    data = {k: v for k, v in feeds.items() if k not in m.state}
+    data = {k: v for k, v in feeds.items() if k not in m.state_names()}
     state = dict(feeds)
     firsts = []
     for _ in range(3):

@@ -1,8 +1,11 @@
 """Dropout's gradient goes through the node's own mask: deterministic cases against finite
-differences and torch; random cases by the identity ``loss == sum(x * dx)`` (one draw)."""
+differences and torch; random cases by the identity ``loss == sum(x * dx)`` (one draw). A
+Dropout that trains with a constant ratio takes its mask as a step input (``dropout_masks``):
+the draw is the caller's, so both engines see the mask the test fed."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from codegen.numpy_ref.executor import run
@@ -36,8 +39,17 @@ def test_dropout_training_uses_the_forward_mask(n_outputs, fed):
     weights = loss_weights(OpCase("Identity", [X]))
     weights = {"out0": weights["out0"]}
     model = training_model(case, np.dtype(np.float64), weights)
-    _check_one_draw(ort_run(model, case.feeds()), weights["out0"], ratio)
-    _check_one_draw(run(import_proto(model), case.feeds()), weights["out0"], ratio)
+    feeds = case.feeds()
+    if not fed:                                   # constant ratio and flag: the mask is an input
+        mask_name = "out1" if n_outputs == 2 else "out0.mask"
+        (mask_input,) = [i for i in model.graph.input if i.name == mask_name]
+        assert mask_input.type.tensor_type.elem_type == onnx.TensorProto.BOOL
+        mask = np.random.default_rng(3).random(X.shape) >= ratio
+        feeds[mask_name] = mask
+    for result in (ort_run(model, feeds), run(import_proto(model), feeds)):
+        _check_one_draw(result, weights["out0"], ratio)
+        if not fed:
+            np.testing.assert_array_equal(result["in0_grad"] != 0, mask)
 
 
 def test_dropout_runtime_training_flag_off_is_identity():
