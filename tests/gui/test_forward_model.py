@@ -113,3 +113,22 @@ def test_after_a_crash_the_restore_question_comes_once(qtbot, make_window, forwa
     d.generate_button.click()
     _settled(qtbot, w)
     assert len(asked) == 1 and w.session.training and w.session.cursor == 0
+
+
+def test_the_dialog_reports_a_parameter_read_by_two_modules(qtbot, make_window, tmp_path):
+    """A weight two modules read (a tie, or tensors an exporter merged) trains as one: the plan says so and
+    names ``--untie``."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32), "a.weight")
+    nodes = [helper.make_node("MatMul", ["x", "a.weight"], ["h"], name="/a/MatMul"),
+             helper.make_node("Relu", ["h"], ["r"], name="/act/Relu"),
+             helper.make_node("MatMul", ["r", "a.weight"], ["y"], name="/b/MatMul")]
+    g = helper.make_graph(nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], initializer=[w])
+    path = tmp_path / "shared.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    d = _offer(qtbot, make_window(), path)
+    plan = d.plan.toPlainText()
+    assert "a.weight: shared by 2 modules: a, b; if your model does not tie them, pass --untie a.weight" in plan

@@ -47,12 +47,17 @@ class ZooModel:
     randomize: bool = False
 
     def forward(self) -> onnx.ModelProto:
+        return self.exported()[1]
+
+    def exported(self) -> tuple[nn.Module, onnx.ModelProto]:
+        """The module and its export. The legacy exporter in training mode runs the module once, which moves
+        its BatchNorm statistics: the export holds the moved ones, and so does the module returned."""
         torch.manual_seed(0)
         module = self.build()
         if self.randomize:
             randomize(module)
         args = self.inputs(torch.Generator().manual_seed(1))
-        return export(module, args, dynamo=self.dynamo, names=self.names, training=not self.dynamo)
+        return module, export(module, args, dynamo=self.dynamo, names=self.names, training=not self.dynamo)
 
 
 def _image(g: torch.Generator) -> tuple:

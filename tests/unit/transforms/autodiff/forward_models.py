@@ -46,3 +46,35 @@ def with_node(model: onnx.ModelProto, node: onnx.NodeProto, output: str, elem: i
     del out.graph.output[:]
     out.graph.output.append(helper.make_tensor_value_info(output, elem, shape))
     return out
+
+
+def bn_dropout_net(batch: int = 4, channels: int = 3, size: int = 5, ratio: float = 0.25, momentum: float = 0.9,
+                   seed: int = 0) -> onnx.ModelProto:
+    """``Conv -> BatchNormalization (training) -> Relu -> Flatten -> Dropout (training) -> Gemm``, as the legacy
+    torch exporter writes a model exported in training mode (a BatchNorm with its running statistics as
+    outputs, a Dropout with constant ratio and training flag)."""
+    rng = np.random.default_rng(seed)
+    flat = channels * (size - 2) ** 2
+    weights = {"conv.weight": rng.standard_normal((channels, 2, 3, 3)) * 0.3, "conv.bias": rng.standard_normal(channels),
+               "bn.weight": 1 + rng.standard_normal(channels) * 0.1, "bn.bias": rng.standard_normal(channels) * 0.1,
+               "bn.running_mean": rng.standard_normal(channels) * 0.1, "bn.running_var": 1 + rng.random(channels),
+               "fc.weight": rng.standard_normal((3, flat)) * 0.1, "fc.bias": np.zeros(3)}
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
+    inits += [numpy_helper.from_array(np.asarray(ratio, np.float32), "ratio"),
+              numpy_helper.from_array(np.asarray(True), "train")]
+    nodes = [
+        helper.make_node("Conv", ["input", "conv.weight", "conv.bias"], ["c"], name="/conv/Conv"),
+        helper.make_node("BatchNormalization", ["c", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"],
+                         ["b", "b_mean", "b_var"], name="/bn/BatchNormalization", momentum=momentum, training_mode=1),
+        helper.make_node("Relu", ["b"], ["r"], name="/relu/Relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="/Flatten"),
+        helper.make_node("Dropout", ["f", "ratio", "train"], ["d", "d_mask"], name="/drop/Dropout"),
+        helper.make_node("Gemm", ["d", "fc.weight", "fc.bias"], ["output"], name="/fc/Gemm", transB=1),
+    ]
+    graph = helper.make_graph(nodes, "bn_dropout", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                                  [batch, 2, size, size])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, 3])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model.producer_name = "pytorch"
+    return model
