@@ -72,16 +72,16 @@ def _peaks_child() -> dict:
 def _load_side(cp, work: Path, name: str) -> dict:
     import numpy as np
     pkg = importlib.import_module(name)
-    main = importlib.import_module(f"{name}.__main__")
+    cli = importlib.import_module(f"{name}._cli")
     with np.load(work / name / "check.npz") as f:
         data = {k: f[k] for k in f.files}
     model = pkg.Model(recycle_outputs=True)
-    feeds = {k: cp.asarray(v) for k, v in main._inputs(data).items()}
+    feeds = {k: cp.asarray(v) for k, v in cli._check_inputs(data, pkg.INPUTS).items()}
     for _ in range(WARMUP):
         model.step(**feeds)
     report = io.StringIO()
     with contextlib.redirect_stdout(report):
-        ok = bool(main.check(model, data))          # a replayed graph, against the original's truth
+        ok = bool(cli.check(model, data, pkg.INPUTS, pkg.OUTPUTS))   # a replayed graph, against the original
     lines = [ln for ln in report.getvalue().splitlines() if ln.startswith("FAIL") or "outputs match" in ln]
     notes = importlib.import_module(f"{name}.model").L.GRAPH_NOTES
     return {"model": model, "feeds": feeds, "ok": ok, "report": " | ".join(lines[:4])[:600],

@@ -14,7 +14,11 @@ runner (in process) or ``codegen.export.package`` (a standalone package).
 - ``contractions.py``  BLAS calls, GEMMs with epilogue kernels, grouped GEMMs
 - ``buffers.py``       static plan of reused intermediate buffers
 - ``shared_buffers.py`` which of ``memory_reuse``'s recorded buffers (in place too) a program honours
-- ``module.py``        a ``Program`` as module text: ``_step``, ``_forward``, ``Model``
+- ``module.py``        a ``Program`` as module text: ``_step``, ``_forward``, ``Model``; a package's
+                       eval program (``predict.py``)
+- ``runtime.py``       ``Model``: the training object every module binds (defaults, step count,
+                       dropout masks, state, checkpoints, ONNX out); copied into packages
+- ``training.py``      ``TRAINING``: learning rate, step and mask inputs, zero optimizer state
 - ``namespace.py``     identifiers, literals and comments no model name can escape
 - ``prepare.py``       expand every expandable op before code generation
 

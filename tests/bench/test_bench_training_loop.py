@@ -66,8 +66,15 @@ MODELS = {   # name: (builder, input shapes, loss, steps)
 }
 PICKED = [m for m in os.environ.get("DCSTUDIO_BENCH_MODELS", ",".join(MODELS)).split(",") if m]
 
-TORCH_CHILD = """
-import json, resource, sys, time
+PEAK = """
+def peak_mb():
+    # VmHWM: this process's peak resident set (ru_maxrss keeps the parent's across fork and exec)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+"""
+
+TORCH_CHILD = PEAK + """
+import json, sys, time
 import numpy as np
 sys.path.insert(0, {repo!r})
 import torch
@@ -94,11 +101,11 @@ t0 = time.perf_counter()
 for _ in range({steps}):
     step()
 dt = time.perf_counter() - t0
-print(json.dumps({{"steps_per_s": {steps} / dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+print(json.dumps({{"steps_per_s": {steps} / dt, "rss_mb": peak_mb()}}))
 """
 
-PACKAGE_CHILD = """
-import json, resource, sys, time
+PACKAGE_CHILD = PEAK + """
+import json, sys, time
 import numpy as np
 sys.path.insert(0, {parent!r})
 from {package} import Model
@@ -112,7 +119,7 @@ for _ in range({steps}):
 dt = time.perf_counter() - t0
 from threadpoolctl import threadpool_info
 kernel = ", ".join(sorted({{i.get("architecture") or "?" for i in threadpool_info() if i.get("user_api") == "blas"}}))
-print(json.dumps({{"steps_per_s": {steps} / dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({{"steps_per_s": {steps} / dt, "rss_mb": peak_mb(),
                   "blas": kernel, "threads": model.threads}}))
 """
 

@@ -1,10 +1,10 @@
 """Training-graph generation: ONNX autodiff, losses and optimizers, exported as standard ONNX.
 
-Data flow: ``forward.onnx`` -> ``support.check_supported`` -> ``exporter_repair``
+Data flow: ``forward.onnx`` -> ``support.check_supported`` -> ``exporter_repair`` -> ``sharing.untie``
 -> ``parameters.choose_parameters``
--> ``forward.prepare_forward`` -> ``losses`` (seed gradients) -> ``plan.make_plan`` (what trains)
+-> ``forward.prepare_forward`` -> ``dropout_masks`` -> ``losses`` (seed gradients) -> ``plan.make_plan``
 -> ``backward.backward`` (one rule per op from ``GRADIENTS``) -> ``optimizers.build_update``
--> ``training_graph`` assembles one ``ModelProto``.
+-> ``running_stats`` -> ``training_graph`` assembles one ``ModelProto`` (with ``deploy.forward_record``).
 
 - ``options.py``: ``TrainingOptions`` (frozen, JSON round trip), ``OptionError``
 - ``training_graph.py``: ``build_training_graph``, ``write_training_graph`` (atomic)
@@ -17,6 +17,10 @@ Data flow: ``forward.onnx`` -> ``support.check_supported`` -> ``exporter_repair`
 - ``emitter.py``: ``Emitter``, the node/constant/name builder every rule uses
 - ``registry.py``: ``GRADIENTS``, ``@gradient``, ``GradRequest``, ``NoGradientError``
 - ``rules/``: the gradient rules, one file per op family
+- ``running_stats.py``: BatchNorm running statistics as step inputs and outputs (PyTorch's update)
+- ``dropout_masks.py``: a training Dropout's mask as a step input
+- ``sharing.py``: parameters several modules read (report) and ``untie``
+- ``deploy.py``: the step's forward record and its eval-mode cut (``eval_forward``)
 - ``backward.py``: the reverse sweep
 - ``losses.py``: cross-entropy, MSE, weighted sum (tests)
 - ``optimizers.py``: SGD (momentum), AdamW, Lion

@@ -103,16 +103,17 @@ def sweep_one(kit: str, row: dict, work: str) -> dict:
 
 GRAPH_CHECK = """
 import numpy as np, os, time, cupy as cp
-from {pkg}.__main__ import check, _inputs
+from {pkg}._cli import check, _check_inputs
 from {pkg} import Model
-from {pkg}.model import L
+from {pkg}.model import INPUTS, OUTPUTS, L
+_inputs = lambda data: _check_inputs(data, INPUTS)
 with np.load(os.path.join("{pkg}", "check.npz")) as f:
     data = {{k: f[k] for k in f.files}}
 m = Model(recycle_outputs=True)
 feeds = {{k: cp.asarray(v) for k, v in _inputs(data).items()}}
 for _ in range(4):                        # warm both output sets, then capture each
     m.step(**feeds)
-ok = check(m, data)                       # a replayed graph, against the original's truth
+ok = check(m, data, INPUTS, OUTPUTS)     # a replayed graph, against the original's truth
 print("graph notes:", L.GRAPH_NOTES or "captured")
 ts = []
 for _ in range(20):
@@ -125,9 +126,10 @@ raise SystemExit(0 if ok else 1)
 
 STEP_TIME = """
 import cupy as cp, numpy as np, os, time
-from {pkg}.__main__ import _inputs
+from {pkg}._cli import _check_inputs
 from {pkg} import Model
-from {pkg}.model import L
+from {pkg}.model import INPUTS, L
+_inputs = lambda data: _check_inputs(data, INPUTS)
 with np.load(os.path.join("{pkg}", "check.npz")) as f:
     data = {{k: f[k] for k in f.files}}
 m = Model(recycle_outputs=True)
@@ -271,9 +273,9 @@ def bert(out: Path, work: Path, budget_end: float) -> dict:
     case = "bert_base_layer_recipe"
     pkg_mod = importlib.import_module(f"pkg_{case}")
     from importlib import import_module
-    main_mod = import_module(f"pkg_{case}.__main__")
+    cli = import_module(f"pkg_{case}._cli")
     with np.load(Path(pkg_mod.__file__).with_name("check.npz")) as f:
-        feeds = main_mod._inputs({k: f[k] for k in f.files})
+        feeds = cli._check_inputs({k: f[k] for k in f.files}, pkg_mod.model.INPUTS)
     dev = {k: cp.asarray(v) for k, v in feeds.items()}
     doc: dict = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode()}
     lib = pkg_mod.model.L
