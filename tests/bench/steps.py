@@ -47,9 +47,10 @@ def interleaved_medians(runs: Mapping[str, Callable[[], object]], reps: int, blo
 
 
 _CHILD = r"""
-import sys, warnings
+import json, sys, warnings
 import numpy as np
 sys.path.insert(0, sys.argv[1])
+sys.path.append(sys.argv[5])
 pkg = __import__(sys.argv[2])
 with np.load(sys.argv[3]) as f:
     feeds = {k: f[k] for k in f.files}
@@ -59,6 +60,10 @@ with warnings.catch_warnings(record=True) as caught:
 info = model.threads or {}
 print(f"ready numba {info.get('numba')} blas {info.get('blas')}" + "".join(f"; {w.message}" for w in caught), flush=True)
 for line in sys.stdin:
+    if line.strip() == "gemms":
+        from tests.bench.gemm_rates import in_step_rates
+        print("done " + json.dumps(in_step_rates(model, pkg.model.L, feeds)), flush=True)
+        continue
     model.step(**feeds)
     print("done", flush=True)
 """
@@ -78,7 +83,8 @@ class PackageStep:
         inputs = scratch / f"{package_dir.name}_feeds.npz"
         np.savez(inputs, **feeds)
         self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(package_dir.parent), package_dir.name,
-                                      str(inputs), str(n_threads)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      str(inputs), str(n_threads), str(Path(__file__).resolve().parents[2])],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, bufsize=1)
         self.info = self._reply("ready")
         self()                                   # the first step faults its buffers in
@@ -94,6 +100,13 @@ class PackageStep:
         self.proc.stdin.write("step\n")
         self.proc.stdin.flush()
         self._reply("done")
+
+    def gemm_rates(self) -> dict:
+        """``gemm_rates.in_step_rates`` of one step, measured in this process of the package's own."""
+        import json
+        self.proc.stdin.write("gemms\n")
+        self.proc.stdin.flush()
+        return json.loads(self._reply("done"))
 
     def close(self) -> None:
         if self.proc.poll() is None:
