@@ -21,6 +21,8 @@ and where they went wrong before:
   conv's transposed-batch Conv between transposes, as autodiff writes it), bias gradients (a sum
   over rows), and updates written with standard ops (SGD, momentum) or as ``ai.dcstudio``
   AdamW/SGD/Lion ops;
+- with ``concat=True``, Concat (of a value and others that agree on every other axis, itself
+  included), Split and Slice, drawn often: kernels that read concatenations (DenseNet);
 - shared operands (``x * x``), fan-out (an op's operand is the newest value half the time,
   else any live value), several graph outputs (some declared without a shape, an input
   passed through), and tensor names that collide once sanitized or shortened (``a/Mul``,
@@ -43,7 +45,7 @@ from onnx import TensorProto, helper
 
 from codegen.numpy_ref.feeds import feeds_for
 from ir.graph import Graph
-from tests.unit.transforms.random_ops import MS, OPS, Builder, Value, grad_op, random_ops
+from tests.unit.transforms.random_ops import CONCAT_OPS, MS, OPS, Builder, Value, grad_op, random_ops
 
 STUDIO = "ai.dcstudio"
 OPTIMIZERS = ("sgd", "momentum", "SGD", "AdamW", "Lion", "none")
@@ -174,8 +176,11 @@ def _finish(b: Builder) -> None:
 
 
 @st.composite
-def training_steps(draw, training: bool | None = None, min_ops: int = 2, max_ops: int = 6) -> RandomGraph:
-    """A ``RandomGraph`` (see the module docstring); ``training`` None draws either kind."""
+def training_steps(draw, training: bool | None = None, min_ops: int = 2, max_ops: int = 6,
+                   concat: bool = False) -> RandomGraph:
+    """A ``RandomGraph`` (see the module docstring); ``training`` None draws either kind; ``concat``
+    adds Concat, Split and Slice to the menu, drawn often (DenseNet-like graphs)."""
+    menu = CONCAT_OPS if concat else OPS
     if training is None:
         training = draw(st.booleans(), label="training")
     dims = tuple(draw(st.integers(1, 6), label=d) for d in "MNK")
@@ -188,9 +193,9 @@ def training_steps(draw, training: bool | None = None, min_ops: int = 2, max_ops
                                   "param" if training else "input"))
     if draw(st.booleans(), label="constant"):
         b.const_value((n,))
-    random_ops(b, draw(st.integers(min_ops, max_ops), label="forward ops"), "fwd", OPS)
+    random_ops(b, draw(st.integers(min_ops, max_ops), label="forward ops"), "fwd", menu)
     if training:
-        _backward(b, draw, params, min_ops, max_ops)
+        _backward(b, draw, params, min_ops, max_ops, menu)
     _finish(b)
     declared = draw(st.booleans(), label="declare output shapes")
     outputs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, b.shapes[o] if declared else None)
@@ -200,7 +205,7 @@ def training_steps(draw, training: bool | None = None, min_ops: int = 2, max_ops
     return RandomGraph(helper.make_model(graph, opset_imports=opsets), training)
 
 
-def _backward(b: Builder, draw, params: list[Value], min_ops: int, max_ops: int) -> None:
+def _backward(b: Builder, draw, params: list[Value], min_ops: int, max_ops: int, menu: dict) -> None:
     fwd = [v for v in b.pool if v.phase == "fwd"]
     last = fwd[-1] if fwd else b.pool[0]
     op = draw(st.sampled_from(("ReduceSum", "ReduceMean")), label="loss")
@@ -210,8 +215,7 @@ def _backward(b: Builder, draw, params: list[Value], min_ops: int, max_ops: int)
     b.outputs.append("loss")
     b.add_input("dy", last.shape, "input")
     b.pool[-1].phase = "bwd"
-    menu = dict(OPS, grad=grad_op)
-    random_ops(b, draw(st.integers(min_ops, max_ops), label="backward ops"), "bwd", menu)
+    random_ops(b, draw(st.integers(min_ops, max_ops), label="backward ops"), "bwd", dict(menu, grad=grad_op))
     lr = b.add_input("learning_rate", (), "lr")
     lr1 = b.add_input("lr", (1,), "lr")
     step = b.add_input("step", (1,), "step", dtype=TensorProto.INT64)

@@ -325,6 +325,36 @@ def _reshape(b: Builder, phase: str) -> Value | None:
                   [b.value("Reshape", shape, a.mag, a.floor, phase)])[0]
 
 
+def _concat(b: Builder, phase: str) -> Value | None:
+    """Concat along one axis of values that agree on every other axis (a value beside itself, a
+    DenseNet's features beside new ones), or Split / Slice of one axis (the concat's gradient)."""
+    a = b.operand(b.pool)
+    if not a.shape:
+        return None
+    axis = b.draw(st.sampled_from(range(len(a.shape))), label="concat axis")
+    zero = a.extra.get("zero_sum")
+    keep = {} if zero is None or zero == axis else {"zero_sum": zero}    # sums along another axis stay 0
+    if b.draw(st.booleans(), label="concat or split"):
+        fits = [v for v in b.pool if len(v.shape) == len(a.shape)
+                and all(d == e for k, (d, e) in enumerate(zip(v.shape, a.shape)) if k != axis)]
+        parts = [a] + b.draw(st.lists(st.sampled_from(fits), min_size=1, max_size=2), label="concat parts")
+        shape = a.shape[:axis] + (sum(v.shape[axis] for v in parts),) + a.shape[axis + 1:]
+        keep = keep if all(v.extra.get("zero_sum") == zero for v in parts) else {}
+        out = b.value("Concat", shape, max(v.mag for v in parts), min(v.floor for v in parts), phase, **keep)
+        return b.emit("Concat", [v.name for v in parts], [out], axis=axis)[0]
+    n = a.shape[axis]
+    if n < 2:
+        return None
+    cut = b.draw(st.integers(1, n - 1), label="cut")
+    if b.draw(st.booleans(), label="split or slice"):
+        outs = [b.value("Split", a.shape[:axis] + (d,) + a.shape[axis + 1:], a.mag, a.floor, phase, **keep)
+                for d in (cut, n - cut)]
+        return b.emit("Split", [a.name, b.const(np.array([cut, n - cut], np.int64), "split")], outs, axis=axis)[-1]
+    out = b.value("Slice", a.shape[:axis] + (n - cut,) + a.shape[axis + 1:], a.mag, a.floor, phase, **keep)
+    ins = [a.name] + [b.const(np.array([v], np.int64), k) for k, v in (("starts", cut), ("ends", n), ("axes", axis))]
+    return b.emit("Slice", ins, [out])[0]
+
+
 def grad_op(b: Builder, phase: str) -> Value | None:
     """A com.microsoft backward op on a forward value and a backward value of its shape."""
     fwd = [v for v in b.pool if v.phase == "fwd" and v.source in ("Tanh", "Sigmoid", "Relu", "Softmax", "LayerNorm")]
@@ -360,15 +390,18 @@ def _on_constants(b: Builder, phase: str) -> Value | None:
 
 OPS = {"unary": _unary, "binary": _binary, "reduce": _reduce, "softmax": _softmax, "layernorm": _layernorm,
        "contraction": _contraction, "transpose": _transpose, "reshape": _reshape, "constants": _on_constants}
+CONCAT_OPS = dict(OPS, concat=_concat)   # the menus of ``training_steps(concat=True)``
 KINDS = ("unary", "binary", "reduce", "unary", "binary", "softmax", "layernorm", "contraction", "transpose",
-         "reshape", "grad", "constants", "binary")       # elementwise ops more likely: chains to fuse
+         "reshape", "grad", "constants", "binary")
+CONCAT_KINDS = ("concat",) * 3           # added when the menu offers it (concat-heavy graphs)       # elementwise ops more likely: chains to fuse
 
 
 def random_ops(b: Builder, count: int, phase: str, menu: dict) -> None:
     """Append ``count`` ops of the kinds in ``menu`` (``OPS``, and ``grad`` in the backward pass);
     a contraction is often followed by a pointwise op on its product (a GEMM epilogue)."""
     for _ in range(count):
-        kind = b.draw(st.sampled_from([k for k in KINDS if k in menu]), label=f"{phase} op")
+        kinds = KINDS + (CONCAT_KINDS if "concat" in menu else ())
+        kind = b.draw(st.sampled_from([k for k in kinds if k in menu]), label=f"{phase} op")
         out = menu[kind](b, phase)
         if kind == "contraction" and out is not None and b.draw(st.booleans(), label="epilogue"):
             b.chain = True                   # bias, activation, scale or residual on the product
