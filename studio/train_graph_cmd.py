@@ -49,7 +49,7 @@ def _trainable(text: str) -> str | tuple[str, ...]:
 def cmd_train_graph(args: argparse.Namespace) -> int:
     options = dict(loss=args.loss, optimizer=None if args.optimizer == "none" else args.optimizer, lr=args.lr,
                    weight_decay=args.weight_decay, momentum=args.momentum, trainable=_trainable(args.trainable),
-                   emit_gradients=not args.no_gradients, ignore_index=args.ignore_index,
+                   emit_gradients=not args.no_gradients, ignore_index=args.ignore_index, batchnorm=args.batchnorm,
                    untie=tuple(n.strip() for text in args.untie for n in text.split(",") if n.strip()))
     if args.list_parameters:
         print("\n".join(plan_parameters(read_model(args.forward), **options).trained))
@@ -81,6 +81,9 @@ def add_parser(sub) -> None:
     p.add_argument("--untie", action="append", default=[], metavar="NAME",
                    help="give every module that reads initializer NAME a copy of its own (parameters the exporter "
                         "merged because their values were equal); repeat it or separate names with commas")
+    p.add_argument("--batchnorm", choices=("train", "eval"), default="train",
+                   help="BatchNorm in the step: 'train' (batch statistics, running statistics updated, as PyTorch's "
+                        "train()) or 'eval' (the running statistics, frozen)")
     p.add_argument("--ignore-index", type=int, default=None, help="cross-entropy label to ignore")
     p.add_argument("--no-gradients", action="store_true", help="do not output the gradients")
     p.set_defaults(func=cmd_train_graph)

@@ -23,15 +23,16 @@ from torch import nn
 
 
 def export(module: nn.Module, args: tuple, dynamo: bool, names: tuple[str, ...] = ("input",),
-           training: bool = False) -> onnx.ModelProto:
+           training: bool = False, optimize: bool = True) -> onnx.ModelProto:
     """Export ``module`` to a ModelProto: in eval mode with the exporter's defaults, or (legacy exporter,
-    ``training``) in training mode without constant folding, which keeps every parameter."""
+    ``training``) in training mode without constant folding, which keeps every parameter. ``optimize``
+    False turns the dynamo exporter's optimizer off (it folds BatchNorms into convolutions)."""
     module.train(training)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if dynamo:
             prog = torch.onnx.export(module, args, dynamo=True, opset_version=18, input_names=list(names),
-                                     output_names=["logits"], verbose=False)
+                                     output_names=["logits"], verbose=False, optimize=optimize)
             return prog.model_proto
         f = io.BytesIO()
         mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL

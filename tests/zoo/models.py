@@ -19,6 +19,11 @@ exercise their ops, each exported by the torch exporter users would use for it.
   relative-position bias).
 - ``shufflenet_style``: ShuffleNet-V2 units built here, with the channel split
   (``chunk`` → Split) and the channel shuffle (reshape / transpose / reshape).
+- torchvision's DenseNet (two dense blocks of two layers, growth 8: every layer reads the
+  concatenation of all features before it) by **both** exporters: the TorchScript one in training
+  mode, and dynamo with its optimizer off (``optimize=False``: on, it folds the BatchNorms that
+  follow convolutions into them, which ``train-graph`` refuses, and merges the others' running
+  statistics with their weights and biases).
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ class ZooModel:
     dynamo: bool
     loss: str = "cross_entropy"
     randomize: bool = False
+    optimize: bool = True
 
     def forward(self) -> onnx.ModelProto:
         return self.exported()[1]
@@ -57,7 +63,8 @@ class ZooModel:
         if self.randomize:
             randomize(module)
         args = self.inputs(torch.Generator().manual_seed(1))
-        return module, export(module, args, dynamo=self.dynamo, names=self.names, training=not self.dynamo)
+        return module, export(module, args, dynamo=self.dynamo, names=self.names, training=not self.dynamo,
+                              optimize=self.optimize)
 
 
 def _image(g: torch.Generator) -> tuple:
@@ -76,6 +83,11 @@ def _bert_tokens(g: torch.Generator) -> tuple:
 
 def _torchvision(name: str, **kw) -> Callable[[], nn.Module]:
     return lambda: getattr(torchvision_models(), name)(num_classes=10, **kw)
+
+
+def _densenet() -> nn.Module:
+    return torchvision_models().DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, bn_size=2,
+                                         num_classes=10)
 
 
 class ShuffleUnit(nn.Module):
@@ -124,4 +136,6 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("swin_legacy", SwinClassifier, lambda g: (torch.randn(2, 3, 20, 20, generator=g),), ("pixel_values",),
              dynamo=False),
     ZooModel("shufflenet_style", ShuffleNetStyle, _image, ("input",), dynamo=False),
+    ZooModel("densenet_legacy", _densenet, _image, ("input",), dynamo=False),
+    ZooModel("densenet_dynamo", _densenet, _image, ("input",), dynamo=True, optimize=False),
 ]}

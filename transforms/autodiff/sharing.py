@@ -12,6 +12,12 @@ scopes (``pkg.torch.onnx.name_scopes``) or its legacy name less the op (``/layer
 ``untie(model, names)`` gives each module reading ``name`` a copy of its own, named
 ``<module>.<attribute>`` (the module the name already belongs to keeps it), so each is trained
 apart: PyTorch's parameters when the exporter merged them.
+
+``untie_statistics(model)`` does it unasked for BatchNorm running statistics: the dynamo exporter
+merges an untrained BatchNorm's running variance (ones) with its weight and its running mean
+(zeros) with its bias (torchvision's DenseNet: 6 of 6 BatchNorms). Trained as one tensor, the
+statistic would move with the parameter, which PyTorch never does (a buffer is not a parameter),
+so each BatchNorm reads a constant copy of its own (``<module>.running_mean``/``running_var``).
 """
 from __future__ import annotations
 
@@ -108,6 +114,43 @@ def untie(model: ModelProto, names) -> tuple[ModelProto, list[str]]:
     return out, notes
 
 
+_STATS = {3: "running_mean", 4: "running_var"}
+_SAID = {"running_mean": "running mean", "running_var": "running variance"}
+
+
+def untie_statistics(model: ModelProto) -> tuple[ModelProto, list[str]]:
+    """A copy of ``model`` in which every BatchNorm running statistic that shares its initializer with
+    another reader (a parameter, another BatchNorm) has one of its own; notes (module docstring)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    slots: dict[str, list[tuple[NodeProto, int]]] = {}
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            if name in inits:
+                slots.setdefault(name, []).append((node, k))
+    merged = {name: uses for name, uses in slots.items() if len(uses) > 1
+              and any(n.op_type == "BatchNormalization" and k in _STATS for n, k in uses)}
+    if not merged:
+        return model, []
+    out = ModelProto()
+    out.CopyFrom(model)
+    nodes = {id(n): c for n, c in zip(model.graph.node, out.graph.node)}
+    taken = set(inits) | {o for n in out.graph.node for o in n.output}
+    notes = []
+    for name, uses in merged.items():
+        stats = [(n, k) for n, k in uses if n.op_type == "BatchNormalization" and k in _STATS]
+        keep = stats[0] if len(stats) == len(uses) else None        # only statistics read it: the first keeps it
+        for node, k in stats:
+            if keep is not None and node is keep[0] and k == keep[1]:
+                continue
+            copy = _fresh(f"{module_of(node) or node.name or node.output[0]}.{_STATS[k]}", taken)
+            _add_copy(out, inits[name], copy, kind="BUFFER")
+            nodes[id(node)].input[k] = copy
+            notes.append(f"{copy}: BatchNorm '{node.name or node.output[0]}' read its {_SAID[_STATS[k]]} "
+                         f"from {name}, which {len(uses) - 1} other input(s) read too (the exporter merged equal "
+                         "initializers); it reads a copy of its own")
+    return out, notes
+
+
 def _fresh(name: str, taken: set[str]) -> str:
     k, fresh = 0, name
     while fresh in taken:
@@ -117,13 +160,13 @@ def _fresh(name: str, taken: set[str]) -> str:
     return fresh
 
 
-def _add_copy(model: ModelProto, tensor: TensorProto, name: str) -> None:
+def _add_copy(model: ModelProto, tensor: TensorProto, name: str, kind: str = "PARAMETER") -> None:
     copy = TensorProto()
     copy.CopyFrom(tensor)
     copy.name = name
     model.graph.initializer.append(copy)
     vi = helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims))
-    helper.set_metadata_props(vi, {KIND_KEY: "PARAMETER"})
+    helper.set_metadata_props(vi, {KIND_KEY: kind})
     model.graph.value_info.append(vi)
 
 

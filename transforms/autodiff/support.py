@@ -36,6 +36,36 @@ class SubgraphOpError(UnsupportedOpError):
         GraphError.__init__(self, msg, NodeRef(node), hint=hint)
 
 
+FOLD_RULE = "FuseBatchNormIntoConv"
+RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
+
+
+class FoldedBatchNormError(GraphError):
+    """A convolution the dynamo exporter's optimizer folded a BatchNorm into, in a model trained with batch
+    statistics: the BatchNorm's parameters and statistics are gone, so the step could not be PyTorch's."""
+
+    def __init__(self, node: NodeProto, count: int) -> None:
+        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), "")
+        bn = next((s for s in reversed(scopes.strip("[]").replace("'", "").split(", ")) if s and "." in s), "")
+        msg = (f"the exporter folded {f'BatchNorm {bn}' if bn else 'a BatchNorm'} into this convolution "
+               f"({FOLD_RULE}{f', and {count - 1} more' if count > 1 else ''}): its weight, bias and running "
+               "statistics are gone, so a step with batch statistics cannot be the one PyTorch's train() takes")
+        hint = ("Re-export with torch.onnx.export(..., dynamo=True, optimize=False), which keeps every BatchNorm, "
+                "or with the legacy exporter in training mode (training=torch.onnx.TrainingMode.TRAINING); or "
+                "pass --batchnorm eval to train the folded convolutions with frozen statistics")
+        GraphError.__init__(self, msg, NodeRef(node), hint=hint)
+
+
+def check_batchnorm_folding(model: ModelProto, batchnorm: str) -> None:
+    """Raise ``FoldedBatchNormError`` when ``batchnorm`` is 'train' and the exporter folded BatchNorms away."""
+    if batchnorm != "train":
+        return
+    folded = [n for n in model.graph.node
+              if any(p.key == RULE_KEY and FOLD_RULE in p.value for p in n.metadata_props)]
+    if folded:
+        raise FoldedBatchNormError(folded[0], len(folded))
+
+
 def check_supported(model: ModelProto) -> None:
     """Raise ``SubgraphOpError``/``UnsupportedOpError`` for the first node autodiff cannot take."""
     floats = {t.name for t in model.graph.initializer if t.data_type in FLOAT_ELEMS}

@@ -40,8 +40,8 @@ from transforms.autodiff.options import OptionError, TrainingOptions
 from transforms.autodiff.parameters import choose_parameters
 from transforms.autodiff.plan import ParameterPlan, apply_ties, make_plan
 from transforms.autodiff.running_stats import RunningStats, running_statistics
-from transforms.autodiff.sharing import shared_parameters, untie
-from transforms.autodiff.support import check_supported
+from transforms.autodiff.sharing import shared_parameters, untie, untie_statistics
+from transforms.autodiff.support import check_batchnorm_folding, check_supported
 
 METADATA_KEY = OPTIONS_KEY
 
@@ -105,10 +105,12 @@ def build(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None =
 def _prepared(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | None = None,
               loss_outputs: list[str] | None = None) -> tuple[Forward, Emitter, LossGraph]:
     check_supported(forward)
+    check_batchnorm_folding(forward, opts.batchnorm)
     forward, repairs = repair_dynamo_export(forward)
     forward, untied = untie(forward, opts.untie)
+    forward, separated = untie_statistics(forward)
     choice = choose_parameters(forward)
-    choice.repairs = repairs + untied
+    choice.repairs = repairs + untied + separated
     fwd = prepare_forward(forward, opts)
     fwd.choice = choice
     apply_ties(fwd, choice.ties)

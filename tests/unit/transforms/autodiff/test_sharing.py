@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from transforms.autodiff.options import OptionError
-from transforms.autodiff.sharing import module_of, report_lines, shared_parameters, untie
+from transforms.autodiff.sharing import module_of, report_lines, shared_parameters, untie, untie_statistics
 
 
 def _dynamo(name, op, inputs, scopes):
@@ -63,3 +63,42 @@ def test_untie_refuses_what_it_cannot_do():
     model, _ = untie(_graph(), ["a.norm.weight"])
     with pytest.raises(OptionError, match="read by 1 module"):
         untie(model, ["c.weight"])
+
+
+def _batchnorms():
+    """Two BatchNorms as the dynamo exporter leaves fresh ones: n1's variance is its weight (ones), its mean its
+    bias (zeros); n2 reads its own weight and bias but n1's statistics' initializers."""
+    ones, zeros = np.ones(3, np.float32), np.zeros(3, np.float32)
+    inits = [numpy_helper.from_array(v, n) for v, n in ((ones, "n1.weight"), (zeros, "n1.bias"),
+                                                       (ones * 2, "n2.weight"), (zeros + 1, "n2.bias"))]
+    nodes = [_dynamo("y1", "BatchNormalization", ["x", "n1.weight", "n1.bias", "n1.bias", "n1.weight"],
+                     ["", "n1", "bn"]),
+             _dynamo("y", "BatchNormalization", ["y1", "n2.weight", "n2.bias", "n1.bias", "n1.weight"], ["", "n2", "bn"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_untie_statistics_gives_each_batchnorm_statistic_its_own_copy():
+    model = _batchnorms()
+    out, notes = untie_statistics(model)
+    n1, n2 = out.graph.node
+    assert list(n1.input) == ["x", "n1.weight", "n1.bias", "n1.running_mean", "n1.running_var"]
+    assert list(n2.input) == ["y1", "n2.weight", "n2.bias", "n2.running_mean", "n2.running_var"]
+    values = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
+    assert values["n1.running_var"].tolist() == [1, 1, 1] and values["n2.running_mean"].tolist() == [0, 0, 0]
+    kinds = {vi.name: {p.key: p.value for p in vi.metadata_props} for vi in out.graph.value_info}
+    assert set(kinds["n2.running_var"].values()) == {"BUFFER"}
+    assert len(notes) == 4 and notes[0].startswith("n1.running_var: BatchNorm 'y1' read its running variance "
+                                                   "from n1.weight, which 2 other input(s) read too")
+    assert list(model.graph.node[0].input)[3:] == ["n1.bias", "n1.weight"]          # the input is left alone
+    assert untie_statistics(out) == (out, [])
+
+
+def test_a_statistic_only_batchnorms_read_is_kept_by_the_first():
+    model = _batchnorms()
+    for node in model.graph.node:
+        node.input[1], node.input[2] = "n2.weight", "n2.bias"
+    out, notes = untie_statistics(model)
+    assert [list(n.input)[3:] for n in out.graph.node] == [["n1.bias", "n1.weight"], ["n2.running_mean", "n2.running_var"]]
+    assert len(notes) == 2

@@ -12,6 +12,7 @@ import pytest
 from onnx import numpy_helper
 
 from ir.containers import Role
+from ir.errors import GraphError
 from ir.onnx_import import FORWARD_KEY, import_proto
 from tests.unit.transforms.autodiff.forward_models import bn_dropout_net, mlp
 from transforms.autodiff import build_training_graph
@@ -138,3 +139,25 @@ def test_steps_without_a_forward_record_have_no_eval_forward():
             p.value = '{"outputs": 7, "statistics": "x"}'              # wrong kinds are ignored, never evaluated
     assert eval_forward(bad) is None
     assert import_proto(bad).containers["fc1.weight"].role is Role.PARAMETER
+
+
+def test_a_batchnorm_the_exporter_folded_into_a_convolution_is_refused_for_batch_statistics(tmp_path, capsys):
+    """The dynamo exporter's optimizer folds a BatchNorm that follows a convolution into it and says so in the
+    node's metadata; training with batch statistics refuses it, naming the node, the BatchNorm and what to do."""
+    model = bn_dropout_net()
+    conv = model.graph.node[0]
+    onnx.helper.set_metadata_props(conv, {
+        "pkg.onnxscript.rewriter.rule_name": "RemoveOptionalBiasFromConv, FuseBatchNormIntoConv",
+        "pkg.torch.onnx.name_scopes": "['', 'features', 'features.norm0', '_native_batch_norm_legit_functional']"})
+    with pytest.raises(GraphError) as err:
+        build_training_graph(model, optimizer="sgd")
+    text = str(err.value)
+    assert "node '/conv/Conv'" in text and "folded BatchNorm features.norm0 into this convolution" in text, text
+    assert "optimize=False" in text and "--batchnorm eval" in text, text
+    assert build_training_graph(model, optimizer="sgd", batchnorm="eval").graph.node
+    from studio.cli import main
+    onnx.save(model, tmp_path / "folded.onnx")
+    assert main(["train-graph", str(tmp_path / "folded.onnx"), "-o", str(tmp_path / "t.onnx")]) == 2
+    assert "FuseBatchNormIntoConv" in capsys.readouterr().err and not (tmp_path / "t.onnx").exists()
+    assert main(["train-graph", str(tmp_path / "folded.onnx"), "-o", str(tmp_path / "t.onnx"), "--batchnorm", "eval"]) == 0
+    assert "BatchNorm running statistics" not in capsys.readouterr().out and (tmp_path / "t.onnx").exists()
