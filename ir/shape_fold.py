@@ -2,7 +2,8 @@
 
 The TorchScript exporter writes shapes as computations: position ids as ``Shape → Gather →
 Unsqueeze → Slice``, a channel split as ``Shape → Gather → Div → Slice``, a window
-padding as ``Shape → … → Concat → Pad``. onnx's shape inference (even with data
+padding as ``Shape → … → Concat → Pad``, an ``nn.Upsample``'s scales as ``Concat`` of two float
+``Constant``s (Resize's roi and scales are the float inputs folded). onnx's shape inference (even with data
 propagation) loses track of some of them, and the values they feed (``Slice`` bounds,
 ``Pad`` pads, ``Reshape`` targets, ``Expand`` shapes, ``ConstantOfShape`` sizes) then have
 no static shape. Once the graph inputs' shapes are static (or bound), those computations
@@ -66,11 +67,11 @@ def fold_shape_inputs(model: ModelProto, types: dict[str, tuple], opsets: dict[s
     for node in g.node:
         if not any(o in unknown for o in node.output):
             continue
-        for name in node.input:
+        for k, name in enumerate(node.input):
             src = producer.get(name)
             if not name or name in folded or src is None or len(src.output) != 1:
                 continue
-            if onnx_types.get(name, (None,))[0] not in INTEGER:
+            if onnx_types.get(name, (None,))[0] not in INTEGER and not (node.op_type == "Resize" and k in (1, 2)):
                 continue
             value = consts.value(name)
             if value is not None:

@@ -7,6 +7,9 @@ the standard library and each other, so they are copied verbatim. Which files qu
 decided on their source (``ast``): a file whose absolute imports leave ``ALLOWED`` (for
 instance one that needs the IR to run an epilogue map) is left out, with every file that
 imports it; the ops it registers are then not available to an export, which says so.
+``SHARED`` IR modules import only NumPy and the standard library too (Resize's interpolation
+matrices, which the gradient rules also build): they are copied beside the families, and an
+import of one (``from ir.interpolation import …``) becomes a sibling import.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import ast
 from pathlib import Path
 
 import codegen.numpy_ref as _numpy_ref
+import ir.interpolation
 
 ALLOWED = frozenset({"__future__", "numpy", "math", "typing", "dataclasses", "itertools", "functools",
                      "ml_dtypes", "collections", "operator", "cmath"})
@@ -22,6 +26,7 @@ SKIP = frozenset({"__init__", "executor", "maps", "feeds", "kernels"})
 (regenerated: it must import only the copied families)."""
 
 REF_DIR = Path(_numpy_ref.__file__).parent
+SHARED = {"interpolation": Path(ir.interpolation.__file__)}   # stem -> path of an IR module the kernels import
 
 
 def _imports(path: Path) -> tuple[set[str], set[str]]:
@@ -31,7 +36,9 @@ def _imports(path: Path) -> tuple[set[str], set[str]]:
         if isinstance(node, ast.Import):
             absolute.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level == 0:
+            if node.level == 0 and (node.module or "").startswith("ir.") and node.module[3:] in SHARED:
+                siblings.add(node.module[3:])
+            elif node.level == 0:
                 absolute.add((node.module or "").split(".")[0])
             elif node.level == 1 and node.module:
                 siblings.add(node.module.split(".")[0])
@@ -44,7 +51,7 @@ def _imports(path: Path) -> tuple[set[str], set[str]]:
 
 def families() -> dict[str, Path]:
     """Module stem -> path of every reference file an export may copy."""
-    candidates = {p.stem: p for p in sorted(REF_DIR.glob("*.py")) if p.stem not in SKIP}
+    candidates = {p.stem: p for p in sorted(REF_DIR.glob("*.py")) if p.stem not in SKIP} | SHARED
     deps = {stem: _imports(path) for stem, path in candidates.items()}
     ok = {stem for stem, (absolute, _) in deps.items() if absolute <= ALLOWED}
     changed = True
@@ -62,8 +69,11 @@ def write_reference(target: Path) -> list[str]:
     target.mkdir(parents=True, exist_ok=True)
     chosen = families()
     for stem, path in chosen.items():
-        (target / f"{stem}.py").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
-    kernel_families = [s for s in chosen if s not in ("registry", "contraction")]
+        text = path.read_text(encoding="utf-8")
+        for shared in SHARED:
+            text = text.replace(f"from ir.{shared} import", f"from .{shared} import")
+        (target / f"{stem}.py").write_text(text, encoding="utf-8")
+    kernel_families = [s for s in chosen if s not in ("registry", "contraction", *SHARED)]
     (target / "__init__.py").write_text('"""NumPy reference kernels, copied from dcstudio\'s codegen/numpy_ref '
                                          '(ops without a kernel of their own run here)."""\n', encoding="utf-8")
     body = "".join(f"from . import {s}  # noqa: F401\n" for s in kernel_families)

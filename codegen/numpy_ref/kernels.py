@@ -5,9 +5,9 @@ shape, loss, training and optimizer kernels in ``codegen.numpy_ref.registry.NUMP
 """
 from __future__ import annotations
 
-from . import (elementwise, linalg, loss, nn, optimizer, quantize, reduce, shape,  # noqa: F401
+from . import (elementwise, linalg, loss, nn, optimizer, quantize, reduce, resize, shape,  # noqa: F401
                spectral, training)
 from . import fused  # noqa: F401  (ai.dcstudio fused library nodes, made by transformations)
 
-__all__ = ["elementwise", "linalg", "loss", "nn", "optimizer", "quantize", "reduce", "shape",
+__all__ = ["elementwise", "linalg", "loss", "nn", "optimizer", "quantize", "reduce", "resize", "shape",
            "spectral", "training"]

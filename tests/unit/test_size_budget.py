@@ -16,7 +16,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("ir", "transforms", "codegen", "studio", "resources")
 MODULE_LIMIT = 600
-TOTAL_LIMIT = 40_000
+TOTAL_LIMIT = 42_000   # raised from 40,000 for the model families of issue 37 (U-Nets: ConvTranspose and Resize)
 EXEMPT = re.compile(r"size-exempt:[ \t]*(\S[^\n]*)?")
 
 

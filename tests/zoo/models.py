@@ -24,6 +24,9 @@ exercise their ops, each exported by the torch exporter users would use for it.
   mode, and dynamo with its optimizer off (``optimize=False``: on, it folds the BatchNorms that
   follow convolutions into them, which ``train-graph`` refuses, and merges the others' running
   statistics with their weights and biases).
+- ``unet_style``: a two-level U-Net built here (BatchNorm conv blocks, MaxPool down, one
+  ``ConvTranspose`` and one bilinear ``nn.Upsample`` up, concatenated skips, a per-pixel head
+  trained with MSE), by both exporters (dynamo with ``optimize=False``, as for DenseNet).
 """
 from __future__ import annotations
 
@@ -85,6 +88,30 @@ def _torchvision(name: str, **kw) -> Callable[[], nn.Module]:
     return lambda: getattr(torchvision_models(), name)(num_classes=10, **kw)
 
 
+def _conv_block(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class UNetStyle(nn.Module):
+    def __init__(self, c: int = 8, classes: int = 3) -> None:
+        super().__init__()
+        self.enc1, self.enc2, self.mid = _conv_block(3, c), _conv_block(c, 2 * c), _conv_block(2 * c, 4 * c)
+        self.pool = nn.MaxPool2d(2)
+        self.up2 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2)
+        self.dec2 = _conv_block(4 * c, 2 * c)
+        self.up1 = nn.Sequential(nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+                                 nn.Conv2d(2 * c, c, 1))
+        self.dec1 = _conv_block(2 * c, c)
+        self.head = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(self.pool(e1))
+        d2 = self.dec2(torch.cat([self.up2(self.mid(self.pool(e2))), e2], 1))
+        return self.head(self.dec1(torch.cat([self.up1(d2), e1], 1)))
+
+
 def _densenet() -> nn.Module:
     return torchvision_models().DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, bn_size=2,
                                          num_classes=10)
@@ -138,4 +165,6 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("shufflenet_style", ShuffleNetStyle, _image, ("input",), dynamo=False),
     ZooModel("densenet_legacy", _densenet, _image, ("input",), dynamo=False),
     ZooModel("densenet_dynamo", _densenet, _image, ("input",), dynamo=True, optimize=False),
+    ZooModel("unet_legacy", UNetStyle, _image, ("input",), dynamo=False, loss="mse"),
+    ZooModel("unet_dynamo", UNetStyle, _image, ("input",), dynamo=True, loss="mse", optimize=False),
 ]}

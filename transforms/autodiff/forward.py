@@ -154,7 +154,8 @@ def _infer_types(work: ModelProto, inits: dict[str, TensorProto]) -> dict[str, V
 
 
 def _fold_shape_inputs(light: ModelProto, types: dict[str, ValueType]) -> bool:
-    """Replace the constant integer inputs of nodes with unknown output shapes by initializers."""
+    """Replace the constant integer inputs of nodes with unknown output shapes (and Resize's float
+    scales) by initializers."""
     g = light.graph
     opset = default_opset(light)
     consts = ConstantValues(g, {t.name: t for t in g.initializer}, types, opset)
@@ -163,15 +164,16 @@ def _fold_shape_inputs(light: ModelProto, types: dict[str, ValueType]) -> bool:
     for node in g.node:
         if all(not o or (types.get(o) or (0, None))[1] is not None for o in node.output):
             continue
-        for i in node.input[1:]:
+        for k, i in enumerate(node.input[1:], start=1):
             src = producer.get(i)
             if not i or i in folded or src is None or len(src.output) != 1:
                 continue
-            if types.get(i, (0,))[0] != TensorProto.INT64:
-                continue
+            elem = types.get(i, (0,))[0]
+            if elem != TensorProto.INT64 and not (node.op_type == "Resize" and k in (1, 2)):
+                continue               # integers, and Resize's float roi and scales (an nn.Upsample's)
             value = consts.value(i)
             if value is not None:
-                folded[i] = numpy_helper.from_array(np.asarray(value, dtype=np.int64), i)
+                folded[i] = numpy_helper.from_array(np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(elem)), i)
     if not folded:
         return False
     kept = [n for n in g.node if not (len(n.output) == 1 and n.output[0] in folded)]

@@ -2,7 +2,7 @@
 
 - ``arithmetic``: Add Sub Mul Div Pow Neg Sqrt Reciprocal Exp Log Abs Sin Cos Sum Mean
 - ``activation``: Tanh Sigmoid Relu LeakyRelu Gelu Erf HardSigmoid HardSwish Softmax LogSoftmax Softplus Clip
-- ``contraction``: MatMul Gemm;  ``conv``: Conv
+- ``contraction``: MatMul Gemm;  ``conv``: Conv ConvTranspose;  ``resize``: Resize (nearest, linear)
 - ``normalization``: BatchNormalization LayerNormalization
 - ``pooling``: MaxPool AveragePool GlobalAveragePool
 - ``reduction``: ReduceSum ReduceMean ReduceSumSquare
@@ -28,5 +28,6 @@ from transforms.autodiff.rules import (  # noqa: F401  (sorted; each import regi
     piecewise,
     pooling,
     reduction,
+    resize,
     selection,
 )

@@ -10,13 +10,24 @@ For ``Y = Conv(X, W, B)`` with ``G`` groups, ``X: (N, C, *S)``, ``W: (O, C/G, *K
   ``dW = Conv(X'', dY'', strides=dilations, dilations=strides, pads, group=G)``, cut to
   ``K`` and transposed to ``(O, C/G, *K)``;
 - ``dB = sum(dY)`` over every axis but 1.
+
+ConvTranspose is Conv's adjoint in its input: for ``Y = ConvTranspose(X, W, B)`` with
+``W: (C, O/G, *K)``, ``<dY, ConvTranspose(X, W)> = <Conv(dY, W), X>``, so
+
+- ``dX = Conv(dY, W)`` with the same strides, pads, dilations and groups (``output_padding``
+  only adds rows of ``Y`` that no ``X`` reached, and the conv's size arithmetic drops them);
+- ``dW`` is Conv's weight gradient with ``dY`` as the input and ``X`` as the output gradient;
+- ``dB = sum(dY)`` over every axis but 1.
+
+Pads given by ``auto_pad`` or ``output_shape`` are resolved from the static shapes as ONNX
+defines them (``total = s·(S−1) + output_padding + (K−1)·d + 1 − OS``).
 """
 from __future__ import annotations
 
 from math import ceil
 
 from transforms.autodiff.emitter import Emitter
-from transforms.autodiff.registry import GradRequest, Grads, gradient
+from transforms.autodiff.registry import GradRequest, Grads, NoGradientError, gradient
 
 
 def explicit_pads(attrs: dict, in_sp: tuple[int, ...], k_eff: list[int], strides: list[int]) -> list[int]:
@@ -58,6 +69,45 @@ def conv(em: Emitter, req: GradRequest) -> Grads:
     if req.input(2) is not None and req.want(2):
         db = em.reduce_sum(dy, [0] + list(range(2, len(sy))), keepdims=False)
     return [dx, dw, db]
+
+
+@gradient("ConvTranspose")
+def conv_transpose(em: Emitter, req: GradRequest) -> Grads:
+    x, w = req.node.input[:2]
+    sx, sw, sy = em.shape(x), em.shape(w), em.shape(req.node.output[0])
+    geo = _transpose_window(req, sx, sw, sy)
+    dy = req.dy()
+    dx = None
+    if req.want(0):
+        strides, dil, pads, group = geo
+        dx = em.op("Conv", dy, w, strides=strides, dilations=dil, pads=pads, group=group if group != 1 else None)
+    dw = _conv_dw(em, dy, x, sy, sw, sx, geo) if req.want(1) else None
+    db = None
+    if req.input(2) is not None and req.want(2):
+        db = em.reduce_sum(dy, [0] + list(range(2, len(sy))), keepdims=False)
+    return [dx, dw, db]
+
+
+def _transpose_window(req: GradRequest, sx: tuple, sw: tuple, sy: tuple) -> tuple:
+    """(strides, dilations, explicit pads, group) of a ConvTranspose (module docstring)."""
+    attrs, nd = req.attrs, len(sw) - 2
+    strides = list(attrs.get("strides", [1] * nd))
+    dil = list(attrs.get("dilations", [1] * nd))
+    mode = attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    if mode == "NOTSET" and "output_shape" not in attrs:
+        pads = list(attrs.get("pads", [0] * (2 * nd)))
+    elif mode == "VALID":
+        pads = [0] * (2 * nd)
+    else:
+        out_pad = list(attrs.get("output_padding", [0] * nd))
+        total = [strides[i] * (sx[2 + i] - 1) + out_pad[i] + (sw[2 + i] - 1) * dil[i] + 1 - sy[2 + i]
+                 for i in range(nd)]
+        if any(t < 0 for t in total):
+            raise NoGradientError(req.node, variant=f"output_shape {list(sy[2:])} larger than the transposed "
+                                  "convolution reaches (ONNX pads it with zeros)")
+        upper = mode == "SAME_UPPER"
+        pads = [t // 2 if upper else t - t // 2 for t in total] + [t - t // 2 if upper else t // 2 for t in total]
+    return strides, dil, pads, int(attrs.get("group", 1))
 
 
 def _conv_dx(em: Emitter, dy: str, w: str, sx: tuple, sw: tuple, sy: tuple, geo: tuple) -> str:

@@ -50,6 +50,7 @@ class OpCase:
     options: dict[str, Any] = field(default_factory=dict)  # extra TrainingOptions
     fd_step: float = FD_STEP
     fed: Sequence[int] = ()    # input positions that are graph inputs (fed at run time), not initializers
+    fixed: Sequence[int] = ()  # float input positions that keep their dtype (Resize's float32 roi and scales)
 
     def feeds(self) -> dict[str, np.ndarray]:
         return {f"in{i}": np.asarray(self.inputs[i]) for i in self.fed}
@@ -70,7 +71,7 @@ def forward_model(case: OpCase, dtype: np.dtype = np.dtype(np.float64)) -> onnx.
     for i, (name, v) in enumerate(zip(case.names(), case.inputs)):
         if v is not None:
             arr = np.asarray(v)
-            arr = arr.astype(dtype) if arr.dtype.kind == "f" else arr
+            arr = arr.astype(dtype) if arr.dtype.kind == "f" and i not in case.fixed else arr
             if i in case.fed:
                 inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype),
                                                             list(arr.shape)))

@@ -1,0 +1,23 @@
+"""The Resize reference kernel (nearest, linear and cubic; every coordinate transformation but
+``tf_crop_and_resize``; scales or sizes, ``axes``, ``keep_aspect_ratio_policy``): one interpolation
+matrix per resized axis (``ir.interpolation``, which the gradient rule shares)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ir.interpolation import apply, plan, unsupported
+
+from .registry import Inputs, OpContext, kernel
+
+
+@kernel("Resize")
+def resize(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.ndarray]:
+    x = inputs[0]
+    variant = unsupported(attrs)
+    if variant:
+        raise NotImplementedError(f"{ctx.label}: Resize {variant} is not implemented (nearest, linear and cubic are)")
+    scales = inputs[2] if len(inputs) > 2 and inputs[2] is not None and inputs[2].size else None
+    sizes = inputs[3] if len(inputs) > 3 and inputs[3] is not None and inputs[3].size else None
+    return [apply(x, plan(x.shape, attrs, scales, sizes), attrs)]
