@@ -195,12 +195,58 @@ def batch_norm(k: KernelBuilder, impl: str) -> MapNode:
     return pw.kernel()
 
 
-def batch_norm_train(k: KernelBuilder) -> MapNode:
+@expansion("BatchNormInternal", domain=MS, impls=("default", "batch_stats"))
+def batch_norm_internal(k: KernelBuilder, impl: str) -> MapNode:
+    """onnxruntime-training's forward BatchNorm (outputs Y, running mean, running var, saved mean, saved
+    inverse standard deviation): ``batch_norm_train`` with the two saved statistics, under ``batch_stats``
+    as the standard op."""
+    if impl != "batch_stats" or not k.attr("training_mode", 1):
+        raise NotExpandable("BatchNormInternal stays a library call by default; the 'batch_stats' "
+                            "implementation lowers it to one map over the channels")
+    return batch_norm_train(k, saved=True)
+
+
+@expansion("BatchNormalizationGrad", domain=MS, impls=("default", "batch_stats"))
+def batch_norm_grad(k: KernelBuilder, impl: str) -> MapNode:
+    """(dY, X, scale, saved mean, saved inv std) -> (dX, dscale, dbias), one map over the channels: Σdy and
+    Σdy·x̂ (x̂ = (x − mean)·inv, float64 like the reference) are dbias and dscale, then
+    dX = scale·inv/M·(M·dy − dbias − x̂·dscale) (M elements per channel)."""
+    if impl != "batch_stats":
+        raise NotExpandable("BatchNormalizationGrad stays a library call by default; the 'batch_stats' "
+                            "implementation lowers it to one map over the channels")
+    dt, shape = "float64", k.shape(k.in_name(1))
+    rows = Rows(k, shape, [a for a in range(len(shape)) if a != 1])
+    c = [rows.names[0]]
+    sums = [rows.local(name, dt) for name in ("sum_dy", "sum_dy_xhat")]
+    sw = rows.sweep("sums")
+    r = sw.reads()
+    dy = r.load("dy", 0, as_dtype=dt)
+    xhat = mul(sub(r.load("x", 1, as_dtype=dt), r.read("mean", k.at(k.in_name(3), c))),
+               r.read("inv", k.at(k.in_name(4), c)))
+    sw.reduce("sum_dy", dy, r, sums[0], "sum")
+    sw.reduce("sum_dy_xhat", mul(dy, xhat), r, sums[1], "sum")
+    sw.close()
+    for out, total in ((2, sums[0]), (1, sums[1])):
+        rr = rows.reads()
+        rows.store(k.out_name(out), rr.local("s", total), rr, f"param_grad_{out}")
+    sw = rows.sweep("dx")
+    r = sw.reads()
+    inv = r.read("inv", k.at(k.in_name(4), c))
+    xhat = mul(sub(r.load("x", 1, as_dtype=dt), r.read("mean", k.at(k.in_name(3), c))), inv)
+    m = k.c(rows.count, dt)
+    inner = sub(sub(mul(r.load("dy", 0, as_dtype=dt), m), r.local("s", sums[0])), mul(xhat, r.local("t", sums[1])))
+    sw.store(k.out_name(0), mul(div(mul(r.read("scale", k.at(k.in_name(2), c)), inv), m), inner), r)
+    sw.close()
+    return rows.kernel()
+
+
+def batch_norm_train(k: KernelBuilder, saved: bool = False) -> MapNode:
     """Training-mode BatchNormalization (opset >= 14: outputs Y, running mean, running var) as one map
     over the channels: Σx, then Σ(x − mean)² (two passes, in float64 like the reference, so the
     float32 result is rounded once), y = (x − mean)·inv·scale + bias, and the running statistics
-    ``running·momentum + batch·(1 − momentum)`` (the batch variance biased, as ONNX defines it)."""
-    if k.node.opset < 14:
+    ``running·momentum + batch·(1 − momentum)`` (the batch variance biased, as ONNX defines it);
+    ``saved``: also the batch mean and inv (BatchNormInternal's outputs 3 and 4)."""
+    if k.node.opset < 14 and not saved:
         raise NotExpandable("training-mode BatchNormalization before opset 14 (five outputs) stays a library call")
     x, dt = k.in_name(0), "float64"
     shape = k.shape(x)
@@ -234,7 +280,11 @@ def batch_norm_train(k: KernelBuilder) -> MapNode:
         keep = mul(rr.read("running", k.at(k.in_name(running), c)), k.c(mom, dt))
         rows.store(k.out_name(out), add(keep, mul(rr.local("batch", batch), k.c(1.0 - mom, dt))), rr,
                    f"running_{out}")
+    for out, value in ((3, mean), (4, inv)) if saved else ():
+        if k.out_name(out):
+            rr = rows.reads()
+            rows.store(k.out_name(out), rr.local("v", value), rr, f"saved_{out}")
     return rows.kernel()
 
 
-__all__ = ["batch_norm", "batch_norm_train", "layer_norm", "layer_norm_grad", "norm_rows", "rms_norm"]
+__all__ = ["batch_norm", "batch_norm_grad", "batch_norm_internal", "batch_norm_train", "layer_norm", "layer_norm_grad", "norm_rows", "rms_norm"]

@@ -512,6 +512,30 @@ def test_batch_norm_training_is_one_map_over_the_channels(x_shape):
     assert "before opset 14" in L.can_expand(old, old.nodes["bn"], "batch_stats")
 
 
+@pytest.mark.parametrize("x_shape", [[2, 3, 4, 5], [6, 3]])
+def test_onnxruntime_training_batch_norms_are_maps_over_the_channels(x_shape):
+    """BatchNormInternal (with its saved mean and inverse standard deviation) and BatchNormalizationGrad, the
+    forward and backward BatchNorm of onnxruntime-training artifacts: one map each under ``batch_stats``,
+    equal to the reference kernels; library calls by default."""
+    fwd = one_op("BatchNormInternal", [("x", x_shape), ("s", [3]), ("b", [3]), ("m", [3]), ("v", [3])],
+                 [("y", x_shape), ("rm", [3]), ("rv", [3]), ("sm", [3]), ("si", [3])],
+                 attrs={"momentum": 0.8, "epsilon": 1e-3}, domain=MS)
+    _, (m,) = check(fwd, positive=("v",), impl="batch_stats")
+    assert sorted(o.container for o in m.outputs) == ["rm", "rv", "si", "sm", "y"]
+    x = rand(x_shape, seed=5)
+    axes = tuple(a for a in range(len(x_shape)) if a != 1)
+    mean, inv = x.mean(axes), 1 / np.sqrt(x.var(axes) + 1e-3)
+    grad = one_op("BatchNormalizationGrad", [("dy", x_shape), ("x", x_shape), ("s", [3]), ("sm", [3]), ("si", [3])],
+                  [("dx", x_shape), ("ds", [3]), ("db", [3])], domain=MS)
+    feeds = {"dy": rand(x_shape, seed=6), "x": x, "s": rand(3, seed=7), "sm": mean.astype(np.float32),
+             "si": inv.astype(np.float32)}
+    _, (m,) = check(grad, feeds, impl="batch_stats")
+    assert sorted(o.container for o in m.outputs) == ["db", "ds", "dx"]
+    for model in (fwd, grad):
+        g = imp(model)
+        assert "'batch_stats' implementation" in L.can_expand(g, next(iter(g.nodes.values())))
+
+
 # --- optimizers ---------------------------------------------------------------------------
 
 def _opt_feeds(g, names):
