@@ -14,6 +14,7 @@ region of interest); ``unsupported(attrs)`` names them.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -43,21 +44,23 @@ def unsupported(attrs: dict) -> str:
 
 
 def plan(shape: tuple[int, ...], attrs: dict, scales=None, sizes=None) -> list[tuple[int, int, int, float]]:
-    """``(axis, I, O, scale)`` for every axis of ``shape`` (``scales``/``sizes``: the inputs' values over
-    ``attrs['axes']``, or None)."""
+    """``(axis, I, O, scale)`` for every axis of ``shape`` that Resize changes (``scales``/``sizes``: the
+    inputs' values over ``attrs['axes']``; None or empty when absent)."""
     rank = len(shape)
     axes = [int(a) % rank for a in attrs.get("axes", range(rank))]
     if scales is not None and len(scales):
         factor = dict(zip(axes, (float(s) for s in scales)))
-        return [(a, n, int(math.floor(n * factor.get(a, 1.0))), factor.get(a, 1.0)) for a, n in enumerate(shape)]
-    wanted = dict(zip(axes, (int(s) for s in sizes)))
-    policy = attrs.get("keep_aspect_ratio_policy", "stretch")
-    if policy == "stretch":
-        return [(a, n, wanted.get(a, n), wanted.get(a, n) / n) for a, n in enumerate(shape)]
-    pick = min if policy == "not_larger" else max
-    scale = pick(wanted[a] / shape[a] for a in axes)
-    return [(a, n, int(np.round(scale * n)) if a in wanted else n, scale if a in wanted else 1.0)
-            for a, n in enumerate(shape)]
+        steps = [(a, n, int(math.floor(n * factor.get(a, 1.0))), factor.get(a, 1.0)) for a, n in enumerate(shape)]
+    else:
+        wanted = dict(zip(axes, (int(s) for s in sizes)))
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        if policy == "stretch":
+            steps = [(a, n, wanted.get(a, n), wanted.get(a, n) / n) for a, n in enumerate(shape)]
+        else:
+            scale = (min if policy == "not_larger" else max)(wanted[a] / shape[a] for a in axes)
+            steps = [(a, n, int(np.round(scale * n)) if a in wanted else n, scale if a in wanted else 1.0)
+                     for a, n in enumerate(shape)]
+    return [(a, n_in, n_out, scale) for a, n_in, n_out, scale in steps if n_in != n_out or scale != 1.0]
 
 
 def source_coordinate(o: int, n_in: int, n_out: int, scale: float, ctm: str) -> float:
@@ -84,19 +87,27 @@ def _cubic(r: float, a: float) -> list[float]:
 
 
 def matrix(n_in: int, n_out: int, scale: float, attrs: dict) -> np.ndarray:
-    """``M`` (``n_out × n_in``, float64) of one axis (module docstring)."""
-    mode = attrs.get("mode", "nearest")
-    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    """``M`` (``n_out × n_in``, float64, read-only) of one axis (module docstring). Made once per sizes and
+    attributes: a package's reference kernel asks for it every step."""
+    return _matrix(n_in, n_out, scale, attrs.get("mode", "nearest"),
+                   attrs.get("coordinate_transformation_mode", "half_pixel"),
+                   attrs.get("nearest_mode", "round_prefer_floor"), float(attrs.get("cubic_coeff_a", -0.75)),
+                   bool(attrs.get("exclude_outside", 0)))
+
+
+@functools.lru_cache(maxsize=256)
+def _matrix(n_in: int, n_out: int, scale: float, mode: str, ctm: str, nearest_mode: str, cubic_a: float,
+            exclude_outside: bool) -> np.ndarray:
     m = np.zeros((n_out, n_in))
     for o in range(n_out):
         x = source_coordinate(o, n_in, n_out, scale, ctm)
         low = math.floor(x)
         r = 1.0 if x == low else x - low          # in (0, 1]: the neighbour on the left is preferred
         if mode == "cubic":
-            idx, coef = [low - 1, low, low + 1, low + 2], _cubic(r, float(attrs.get("cubic_coeff_a", -0.75)))
+            idx, coef = [low - 1, low, low + 1, low + 2], _cubic(r, cubic_a)
             if x == low:
                 idx = [i - 1 for i in idx]
-            if attrs.get("exclude_outside", 0):
+            if exclude_outside:
                 coef = [c if 0 <= i < n_in else 0.0 for i, c in zip(idx, coef)]
                 coef = [c / sum(coef) for c in coef]
         else:
@@ -104,20 +115,17 @@ def matrix(n_in: int, n_out: int, scale: float, attrs: dict) -> np.ndarray:
             if mode == "linear":
                 coef = [1 - r, r]
             else:
-                right = x == low or _NEAREST[attrs.get("nearest_mode", "round_prefer_floor")](r)
+                right = x == low or _NEAREST[nearest_mode](r)
                 coef = [0.0, 1.0] if right else [1.0, 0.0]
         for i, c in zip(idx, coef):
             m[o, min(max(i, 0), n_in - 1)] += c
+    m.flags.writeable = False
     return m
 
 
-def apply(x: np.ndarray, steps: list[tuple[int, int, int, float]], attrs: dict, transpose: bool = False
-          ) -> np.ndarray:
-    """``x`` resized (or, ``transpose``, an output gradient taken back) along every axis of ``steps``."""
+def apply(x: np.ndarray, steps: list[tuple[int, int, int, float]], attrs: dict) -> np.ndarray:
+    """``x`` resized along every axis of ``steps`` (``plan``)."""
     out = x.astype(np.float64)
     for axis, n_in, n_out, scale in steps:
-        if n_in == n_out and scale == 1.0:
-            continue
-        m = matrix(n_in, n_out, scale, attrs)
-        out = np.moveaxis(np.tensordot(m.T if transpose else m, out, axes=([1], [axis])), 0, axis)
+        out = np.moveaxis(np.tensordot(matrix(n_in, n_out, scale, attrs), out, axes=([1], [axis])), 0, axis)
     return out.astype(x.dtype)

@@ -53,6 +53,11 @@ def unknown_outputs(model: ModelProto, types: dict[str, tuple]) -> list[str]:
     return out
 
 
+def folds_float(node: NodeProto, k: int) -> bool:
+    """Whether input ``k`` of ``node`` is folded although it is a float: Resize's roi and scales."""
+    return node.op_type == "Resize" and k in (1, 2)
+
+
 def fold_shape_inputs(model: ModelProto, types: dict[str, tuple], opsets: dict[str, int]) -> int:
     """Fold the constant integer inputs of nodes with unknown output shapes (see the module
     docstring); returns the number of values folded (0: nothing changed)."""
@@ -71,7 +76,7 @@ def fold_shape_inputs(model: ModelProto, types: dict[str, tuple], opsets: dict[s
             src = producer.get(name)
             if not name or name in folded or src is None or len(src.output) != 1:
                 continue
-            if onnx_types.get(name, (None,))[0] not in INTEGER and not (node.op_type == "Resize" and k in (1, 2)):
+            if onnx_types.get(name, (None,))[0] not in INTEGER and not folds_float(node, k):
                 continue
             value = consts.value(name)
             if value is not None:

@@ -18,6 +18,5 @@ def resize(inputs: Inputs, attrs: dict[str, Any], ctx: OpContext) -> list[np.nda
     variant = unsupported(attrs)
     if variant:
         raise NotImplementedError(f"{ctx.label}: Resize {variant} is not implemented (nearest, linear and cubic are)")
-    scales = inputs[2] if len(inputs) > 2 and inputs[2] is not None and inputs[2].size else None
-    sizes = inputs[3] if len(inputs) > 3 and inputs[3] is not None and inputs[3].size else None
+    scales, sizes = (inputs[k] if len(inputs) > k else None for k in (2, 3))
     return [apply(x, plan(x.shape, attrs, scales, sizes), attrs)]

@@ -362,7 +362,7 @@ def forced_run(model, module, names, train: onnx.ModelProto, batches: Batches, o
                loss: str) -> tuple[list[str], dict[tuple[str, str], float], list[str]]:
     """The package's ``model`` trained on ``batches`` with its defaults, every step checked from the state it
     started in against PyTorch (float64 truth, float32 baseline), and onnxruntime's step from that state too.
-    Where a run leaves ``K`` x the baseline's error, the generated step is simulated in fp32 from the same state
+    Where a run leaves ``K_RUN`` x the baseline's error, the generated step is simulated in fp32 from the same state
     (up to ``SIMULATED_DRAWS`` seeds, as the oracle's floor ``K_SIMULATED`` x the simulated error): a state
     next to a kink (a Hardswish input 8e-8 from 3, a MaxPool near-tie) sends one fp32 run to the other side,
     and so do some of the draws. Returns the problems (at the first step that has any), the worst error /

@@ -14,8 +14,8 @@ by both torch exporters, a Swin stage, a ShuffleNet-style channel split):
 6. the package trains: ``Model().train_step`` with its own defaults for ``PARITY_STEPS`` steps on a
    fixed sequence of batches; every step's loss and the state it leaves (parameters, optimizer
    state, BatchNorm statistics) are compared with PyTorch's optimizer taking that step from the
-   same state (``tests.peer.training_runs.forced_run``: within 32 × PyTorch fp32's own distance
-   from float64), and so is the generated step run by onnxruntime. ``test_zoo_sgd_training`` does
+   same state (``tests.peer.training_runs.forced_run``: within ``K_RUN`` = 52 × PyTorch fp32's own
+   distance from float64, or the oracle's simulated-fp32 floor at a kink), and so is the generated step run by onnxruntime. ``test_zoo_sgd_training`` does
    the same with SGD and momentum (a package exported without ``prange``: it compiles faster).
 
 Every row must pass; there is no xfail. Each row's bytes before/after, the bound, the check

@@ -23,6 +23,7 @@ from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape
 
 from ir.errors import ModelImportError, UnsupportedOpError
 from ir.constant_values import ConstantValues
+from ir.shape_fold import folds_float
 from transforms.autodiff.emitter import FLOAT_ELEMS, ValueType
 from transforms.autodiff.options import OptionError, TrainingOptions
 from transforms.autodiff.registry import NodeRef
@@ -169,8 +170,8 @@ def _fold_shape_inputs(light: ModelProto, types: dict[str, ValueType]) -> bool:
             if not i or i in folded or src is None or len(src.output) != 1:
                 continue
             elem = types.get(i, (0,))[0]
-            if elem != TensorProto.INT64 and not (node.op_type == "Resize" and k in (1, 2)):
-                continue               # integers, and Resize's float roi and scales (an nn.Upsample's)
+            if elem != TensorProto.INT64 and not folds_float(node, k):
+                continue
             value = consts.value(i)
             if value is not None:
                 folded[i] = numpy_helper.from_array(np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(elem)), i)

@@ -17,6 +17,7 @@ from ir.claimed_ops import is_claimed
 from ir.errors import GraphError, UnsupportedOpError
 from transforms.autodiff.emitter import FLOAT_ELEMS
 from transforms.autodiff.registry import NodeRef
+from transforms.autodiff.sharing import module_of
 
 SUBGRAPH_OPS = ("If", "Loop", "Scan")
 
@@ -45,8 +46,7 @@ class FoldedBatchNormError(GraphError):
     statistics: the BatchNorm's parameters and statistics are gone, so the step could not be PyTorch's."""
 
     def __init__(self, node: NodeProto, count: int) -> None:
-        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), "")
-        bn = next((s for s in reversed(scopes.strip("[]").replace("'", "").split(", ")) if s and "." in s), "")
+        bn = module_of(node)            # the fused node keeps the BatchNorm's name scopes
         msg = (f"the exporter folded {f'BatchNorm {bn}' if bn else 'a BatchNorm'} into this convolution "
                f"({FOLD_RULE}{f', and {count - 1} more' if count > 1 else ''}): its weight, bias and running "
                "statistics are gone, so a step with batch statistics cannot be the one PyTorch's train() takes")

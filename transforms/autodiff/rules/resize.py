@@ -31,11 +31,9 @@ def resize(em: Emitter, req: GradRequest) -> Grads:
     if any(req.input(k) and v is None for k, v in zip((2, 3), values)):
         raise NoGradientError(req.node, variant="with scales or sizes that are not constant",
                               hint="Compute them from constants or static shapes")
-    scales, sizes = (v if v is not None and v.size else None for v in values)
     g, rank = req.dy(), len(em.shape(x))
-    for axis, n_in, n_out, scale in plan(em.shape(x), req.attrs, scales, sizes):
-        if n_in != n_out or scale != 1.0:
-            g = _contract(em, g, axis, rank, matrix(n_in, n_out, scale, req.attrs).astype(em.np_dtype(x)))
+    for axis, n_in, n_out, scale in plan(em.shape(x), req.attrs, *values):
+        g = _contract(em, g, axis, rank, matrix(n_in, n_out, scale, req.attrs).astype(em.np_dtype(x)))
     return [g] + none
 
 
