@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
-from onnx import ModelProto, numpy_helper
+from onnx import ModelProto, helper, numpy_helper
 
 from ir import dtypes
 from ir.claimed_ops import CLAIMED_OPS, is_claimed
@@ -34,6 +34,7 @@ from ir.nodes import OpNode
 from ir.onnx_attrs import UnsupportedAttribute, attrs_from_onnx
 from ir.onnx_load import file_sha256, opset_map, read_model
 from ir.ort_training import functionalize, has_accumulators
+from ir.recurrent import expand_recurrent, has_recurrent
 from ir.shape_fold import infer_folding
 from ir.shape_infer import infer_types
 
@@ -89,6 +90,10 @@ def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mappin
     _check_defined(work, path)
     _topo_sort(work, path)
     types, folded = infer_folding(work, opsets, lambda m: infer_types(m, opsets, path))
+    if has_recurrent(work.graph):
+        expand_recurrent(work.graph, lambda n: _onnx_type(types.get(n)), path)
+        _fold_constant_nodes(work, path)
+        types, folded = infer_folding(work, opsets, lambda m: infer_types(m, opsets, path))
     g = Graph(name or work.graph.name or (Path(path).stem if path else "graph"))
     g.opsets = opsets
     g.bindings = {k: int(v) for k, v in (bindings or {}).items()}
@@ -105,6 +110,10 @@ def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mappin
     _add_nodes(g, work, opsets, path)
     freeze_bound(g)
     return g
+
+
+def _onnx_type(t) -> tuple[int, tuple] | None:
+    return None if t is None else (helper.np_dtype_to_tensor_dtype(dtypes.to_numpy(t[0])), t[1])
 
 
 def _bind_dims(model: ModelProto, bindings: dict[str, int]) -> None:

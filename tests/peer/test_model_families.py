@@ -5,6 +5,9 @@ train-graph, then the generated step in onnxruntime trained against PyTorch's op
 - A diffusion-style up-sampling decoder: nearest ``nn.Upsample`` (Resize, ``asymmetric``/``floor``), SiLU,
   a ``ConvTranspose`` with ``output_padding`` and groups, bicubic ``F.interpolate`` (Resize cubic) and a skip
   concatenation, by both exporters (dynamo with its optimizer: there is no BatchNorm to fold).
+- Recurrent taggers: two-layer bidirectional, batch-first ``nn.GRU``, ``nn.LSTM`` and ``nn.RNN`` (ReLU)
+  over embeddings, by both exporters (dynamo with ``optimize=False``: with it on, the exporter packs the
+  reordered gate weights into constants and ``train-graph`` refuses them, which is checked too).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from torch import nn
 
 from studio.cli import main
 from tests.peer.fresh_models import export_training
+from tests.peer.hf_style_models import export
 from tests.peer.training_runs import drift, make_batches, ort_run, param_map, torch_run
 
 STEPS = 8
@@ -61,3 +65,53 @@ def test_upsampling_decoder_trains_like_pytorch(tmp_path, capsys, dynamo):
     run = ort_run(onnx.load(tmp_path / "train.onnx"), batches)
     assert sorted(run.params) == sorted(truth.params)
     assert drift(truth, base, run, "onnxruntime") == []
+
+
+class RecurrentTagger(nn.Module):
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(20, 8)
+        extra = {"nonlinearity": "relu"} if kind == "RNN" else {}
+        self.rnn = getattr(nn, kind)(8, 6, num_layers=2, batch_first=True, bidirectional=True, **extra)
+        self.head = nn.Linear(12, 3)
+
+    def forward(self, ids):
+        y, _ = self.rnn(self.embed(ids))
+        return self.head(y[:, -1] + y[:, 0])
+
+
+def _tokens(g):
+    return (torch.randint(0, 20, (2, 5), generator=g),)
+
+
+@pytest.mark.parametrize("kind,dynamo", [("GRU", False), ("GRU", True), ("LSTM", False), ("LSTM", True),
+                                         ("RNN", False)], ids=["gru-legacy", "gru-dynamo", "lstm-legacy",
+                                                               "lstm-dynamo", "rnn-relu-legacy"])
+def test_recurrent_tagger_trains_like_pytorch(tmp_path, capsys, kind, dynamo):
+    torch.manual_seed(0)
+    module = RecurrentTagger(kind)
+    proto = export(module, _tokens(torch.Generator().manual_seed(1)), dynamo=dynamo, names=("ids",),
+                   training=not dynamo, optimize=False)
+    assert sum(n.op_type == kind for n in proto.graph.node) == 2
+    onnx.save(proto, tmp_path / "tagger.onnx")
+    code = main(["train-graph", str(tmp_path / "tagger.onnx"), "--optimizer", "adamw", "--lr", str(LR),
+                 "-o", str(tmp_path / "train.onnx")])
+    assert code == 0, capsys.readouterr().err
+    batches = make_batches(module, _tokens, ("ids",), STEPS, "cross_entropy")
+    names = param_map(proto, module)
+    assert sum(n.startswith("rnn.") for n in names) == 16      # every layer, direction, weight and bias
+    truth = torch_run(module, batches, "adamw", LR, names, dtype=torch.float64)
+    base = torch_run(module, batches, "adamw", LR, names)
+    run = ort_run(onnx.load(tmp_path / "train.onnx"), batches)
+    assert sorted(run.params) == sorted(truth.params)
+    assert drift(truth, base, run, "onnxruntime") == []
+
+
+def test_recurrent_weights_packed_by_the_dynamo_optimizer_are_refused(tmp_path, capsys):
+    torch.manual_seed(0)
+    proto = export(RecurrentTagger("GRU"), _tokens(torch.Generator().manual_seed(1)), dynamo=True, names=("ids",))
+    onnx.save(proto, tmp_path / "tagger.onnx")
+    code = main(["train-graph", str(tmp_path / "tagger.onnx"), "-o", str(tmp_path / "train.onnx")])
+    err = capsys.readouterr().err
+    assert code != 0 and not (tmp_path / "train.onnx").exists()
+    assert "packed this layer's weights" in err and "rnn.weight_ih_l0" in err and "optimize=False" in err

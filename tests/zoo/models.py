@@ -24,6 +24,11 @@ exercise their ops, each exported by the torch exporter users would use for it.
   mode, and dynamo with its optimizer off (``optimize=False``: on, it folds the BatchNorms that
   follow convolutions into them, which ``train-graph`` refuses, and merges the others' running
   statistics with their weights and biases).
+- recurrent text classifiers around PyTorch's own cells, unrolled by ``ir.recurrent``: a two-layer
+  bidirectional ``nn.GRU`` (batch first, zero initial state) by the TorchScript exporter, and a
+  two-layer ``nn.LSTM`` (sequence first, a learned initial state broadcast over the batch) by dynamo
+  with ``optimize=False`` (on, it packs the reordered gate weights into constants, which
+  ``train-graph`` refuses).
 - ``unet_style``: a two-level U-Net built here (BatchNorm conv blocks, MaxPool down, one
   ``ConvTranspose`` and one bilinear ``nn.Upsample`` up, concatenated skips, a per-pixel head
   trained with MSE), by both exporters (dynamo with ``optimize=False``, as for DenseNet).
@@ -146,6 +151,37 @@ class ShuffleNetStyle(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(self.units(self.stem(x)), 1).flatten(1))
 
 
+class GRUClassifier(nn.Module):
+    def __init__(self, vocab: int = 64, width: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.gru = nn.GRU(width, width, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * width, classes)
+
+    def forward(self, ids):
+        y, _ = self.gru(self.embed(ids))
+        return self.head(y.mean(1))
+
+
+class LSTMClassifier(nn.Module):
+    def __init__(self, vocab: int = 64, width: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.lstm = nn.LSTM(width, width, num_layers=2)
+        self.h0 = nn.Parameter(torch.zeros(2, 1, width))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, ids):                 # ids: (T, N)
+        h0 = self.h0.expand(-1, ids.shape[1], -1).contiguous()
+        _, (h, c) = self.lstm(self.embed(ids), (h0, torch.zeros_like(h0)))
+        return self.head(torch.tanh(h[-1] + c[-1]))
+
+
+def _sequences(g: torch.Generator, first: str = "batch") -> tuple:
+    ids = torch.randint(0, 64, (2, 8), generator=g)
+    return (ids if first == "batch" else ids.T.contiguous(),)
+
+
 ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("resnet18", _torchvision("resnet18"), _image, ("input",), dynamo=False),
     ZooModel("mobilenet_v3_small", _torchvision("mobilenet_v3_small", dropout=0.0), _image, ("input",),
@@ -167,4 +203,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("densenet_dynamo", _densenet, _image, ("input",), dynamo=True, optimize=False),
     ZooModel("unet_legacy", UNetStyle, _image, ("input",), dynamo=False, loss="mse"),
     ZooModel("unet_dynamo", UNetStyle, _image, ("input",), dynamo=True, loss="mse", optimize=False),
+    ZooModel("gru_legacy", GRUClassifier, _sequences, ("input_ids",), dynamo=False),
+    ZooModel("lstm_dynamo", LSTMClassifier, lambda g: _sequences(g, "time"), ("input_ids",), dynamo=True,
+             randomize=True, optimize=False),
 ]}

@@ -10,7 +10,9 @@
    ``options.batchnorm`` says;
 3. infer static types on a light copy (large initializers replaced by typed inputs; shape
    computations inference cannot follow are folded to constants and inference repeated);
-4. split the initializers into candidate parameters (float) and frozen constants.
+4. unroll recurrent layers (``ir.recurrent``: RNN, GRU and LSTM become GEMMs and gate maps over
+   the static sequence length) and infer the types again;
+5. split the initializers into candidate parameters (float) and frozen constants.
 Initializer tensors are shared with the input model, never copied here.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape
 
 from ir.errors import ModelImportError, UnsupportedOpError
 from ir.constant_values import ConstantValues
+from ir.recurrent import expand_recurrent, has_recurrent
 from ir.shape_fold import folds_float
 from transforms.autodiff.emitter import FLOAT_ELEMS, ValueType
 from transforms.autodiff.options import OptionError, TrainingOptions
@@ -87,6 +90,9 @@ def prepare_forward(model: ModelProto, options: TrainingOptions) -> Forward:
     work.graph.input.extend(g.input)
     work.graph.output.extend(g.output)
     types = _infer_types(work, inits)
+    if has_recurrent(work.graph):
+        expand_recurrent(work.graph, types.get)
+        types = _infer_types(work, inits)
     data = [vi for vi in g.input if vi.name not in inits]
     return Forward(work, list(work.graph.node), opset, types, data, inits, prediction)
 

@@ -39,7 +39,7 @@ from transforms.autodiff.emitter import FLOAT_ELEMS
 KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
 FOLDED_KEY = "pkg.onnxscript.optimizer.folded_from"
 _DYNAMO_NODE_KEY = "pkg.torch.onnx."
-_GENERATED = re.compile(r"^(onnx::|Constant_|_?val_\d+$|\d+$|/|const_)|_const")
+GENERATED_NAME = re.compile(r"^(onnx::|Constant_|_?val_\d+$|\d+$|/|const_)|_const")
 _VIEWS = frozenset({"Transpose", "Reshape", "Cast", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
 _WEIGHTED = {"MatMul": (0, 1), "Gemm": (0, 1), "Conv": (1,), "ConvTranspose": (1,), "Einsum": None,
              "PRelu": (1,)}
@@ -131,22 +131,22 @@ def _verdict(name: str, t: TensorProto, exporter: str, meta: dict[str, str], use
         sources = _folded_sources(meta.get(FOLDED_KEY, ""))
         if len(sources) == 1 and uses.weight_like(name):
             return Choice(name, True, f"folded from: {sources[0]}", sources[0])
-        named = [n for n in sources if not _GENERATED.search(n)]
-        if len(named) == 1 and _broadcast_axes(t):
+        named = [n for n in sources if not GENERATED_NAME.search(n)]
+        if len(named) == 1 and _broadcast_axes(t) and not _uniform(t):
             return Choice(name, False, f"broadcast of {named[0]}", named[0])
         if sources:
             return Choice(name, False, f"exporter constant folded from other values: {', '.join(sources[:3])}"
                           f"{', …' if len(sources) > 3 else ''}")
         if _is_mask(t):
             return Choice(name, False, "mask")
-        if not kind and "." in name and not _GENERATED.search(name):
+        if not kind and "." in name and not GENERATED_NAME.search(name):
             return Choice(name, True, "torch parameter")     # metadata stripped: a module path
         if uses.weight_like(name):
             return Choice(name, True, uses.role(name))
         return Choice(name, False, "exporter constant")
     if _is_mask(t):
         return Choice(name, False, "mask")
-    if exporter == "torch-legacy" and not _GENERATED.search(name) and ("." in name or uses.weight_like(name)):
+    if exporter == "torch-legacy" and not GENERATED_NAME.search(name) and ("." in name or uses.weight_like(name)):
         return Choice(name, True, "torch parameter")
     if uses.weight_like(name):
         return Choice(name, True, uses.role(name))
@@ -235,6 +235,12 @@ class _UsePattern:
         return node is not None and node.op_type in _VIEWS and node.input[0] in self.inits
 
 
+def _uniform(t: TensorProto) -> bool:
+    """One value everywhere (a zero initial state): a constant, never a parameter's broadcast."""
+    arr = numpy_helper.to_array(t)
+    return arr.size > 0 and float(arr.min()) == float(arr.max())
+
+
 def _broadcast_axes(t: TensorProto) -> list[int]:
     """Axes (of size > 1) along which every slice of ``t`` is equal: the copies of a broadcast."""
     if not t.dims or int(np.prod(t.dims)) > 1 << 22:
@@ -259,7 +265,7 @@ def _unbroadcasts(choice: ParameterChoice, inits: dict[str, TensorProto]) -> lis
 def _ties(choice: ParameterChoice, inits: dict[str, TensorProto]) -> list[Tie]:
     """Trainable exporter-named initializers that are a transposed/reshaped copy of a named parameter."""
     named = [c.name for c in choice.choices if c.trainable and c.source is None
-             and not _GENERATED.search(c.name)]
+             and not GENERATED_NAME.search(c.name)]
     by_numel: dict[int, list[str]] = {}
     for n in named:
         by_numel.setdefault(int(np.prod(inits[n].dims)), []).append(n)

@@ -9,13 +9,16 @@ and says what to do.
 """
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
 
 from ir.claimed_ops import is_claimed
 from ir.errors import GraphError, UnsupportedOpError
+from ir.recurrent import RECURRENT_OPS
 from transforms.autodiff.emitter import FLOAT_ELEMS
+from transforms.autodiff.parameters import FOLDED_KEY, GENERATED_NAME
 from transforms.autodiff.registry import NodeRef
 from transforms.autodiff.sharing import module_of
 
@@ -64,6 +67,34 @@ def check_batchnorm_folding(model: ModelProto, batchnorm: str) -> None:
               if any(p.key == RULE_KEY and FOLD_RULE in p.value for p in n.metadata_props)]
     if folded:
         raise FoldedBatchNormError(folded[0], len(folded))
+
+
+class FoldedRecurrentError(GraphError):
+    """Recurrent weights the dynamo exporter's optimizer packed from several parameters into one constant:
+    trained as such they would not be the model's parameters, and kept constant they would not train."""
+
+    def __init__(self, node: NodeProto, value: str, sources: list[str]) -> None:
+        msg = (f"the exporter packed this layer's weights '{value}' from {', '.join(sources)} into one constant "
+               "(its optimizer folds the gate reordering), so they cannot train as the module's parameters")
+        hint = ("Re-export with torch.onnx.export(..., dynamo=True, optimize=False), which keeps every parameter, "
+                "or with the legacy exporter in training mode (training=torch.onnx.TrainingMode.TRAINING)")
+        GraphError.__init__(self, msg, NodeRef(node), hint=hint)
+
+
+def check_recurrent_folding(model: ModelProto) -> None:
+    """Raise ``FoldedRecurrentError`` when an RNN/GRU/LSTM weight (W, R, B, P) is a constant folded from
+    torch parameters."""
+    g = model.graph
+    folded = {vi.name: [n for n in re.findall(r"'([^']*)'", p.value) if not GENERATED_NAME.search(n)]
+              for vi in list(g.value_info) + list(g.input) for p in vi.metadata_props if p.key == FOLDED_KEY}
+    inits = {t.name for t in g.initializer}
+    for node in g.node:
+        if node.op_type not in RECURRENT_OPS:
+            continue
+        for k in (1, 2, 3, 7):
+            name = node.input[k] if k < len(node.input) else ""
+            if name in inits and folded.get(name):
+                raise FoldedRecurrentError(node, name, folded[name])
 
 
 def check_supported(model: ModelProto) -> None:

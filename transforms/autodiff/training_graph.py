@@ -41,7 +41,7 @@ from transforms.autodiff.parameters import choose_parameters
 from transforms.autodiff.plan import ParameterPlan, apply_ties, make_plan
 from transforms.autodiff.running_stats import RunningStats, running_statistics
 from transforms.autodiff.sharing import shared_parameters, untie, untie_statistics
-from transforms.autodiff.support import check_batchnorm_folding, check_supported
+from transforms.autodiff.support import check_batchnorm_folding, check_recurrent_folding, check_supported
 
 METADATA_KEY = OPTIONS_KEY
 
@@ -106,6 +106,7 @@ def _prepared(forward: ModelProto, opts: TrainingOptions, loss: LossBuilder | No
               loss_outputs: list[str] | None = None) -> tuple[Forward, Emitter, LossGraph]:
     check_supported(forward)
     check_batchnorm_folding(forward, opts.batchnorm)
+    check_recurrent_folding(forward)
     forward, repairs = repair_dynamo_export(forward)
     forward, untied = untie(forward, opts.untie)
     forward, separated = untie_statistics(forward)

@@ -1,9 +1,11 @@
 """Gradient rules for activations: Tanh Sigmoid Relu LeakyRelu Gelu Erf HardSigmoid HardSwish
-Softmax LogSoftmax Softplus Clip.
+Softmax LogSoftmax Softplus Softsign Elu ThresholdedRelu Clip.
 
 With ``y = f(x)``: ``Tanh: dy (1 - y^2)``, ``Sigmoid: dy y (1 - y)``, ``Relu: dy [y > 0]``,
 ``Erf: dy 2/sqrt(pi) exp(-x^2)``, ``Softmax: y (dy - sum(dy y))``,
-``LogSoftmax: dy - exp(y) sum(dy)`` (sums over ``axis``, opset >= 13 semantics).
+``LogSoftmax: dy - exp(y) sum(dy)`` (sums over ``axis``, opset >= 13 semantics),
+``Softsign: dy / (1 + |x|)^2``, ``Elu: dy`` for ``x > 0`` else ``dy (y + alpha)``,
+``ThresholdedRelu: dy [x > alpha]``.
 ``Gelu`` (opset 20) handles ``approximate="none"`` (erf) and ``"tanh"``. Kinks follow
 PyTorch: HardSwish uses ``x/3 + 1/2`` on ``[-3, 3]``; Clip passes ``dy`` where
 ``min <= x <= max``; HardSigmoid passes ``alpha dy`` strictly inside the linear part.
@@ -114,6 +116,28 @@ def log_softmax(em: Emitter, req: GradRequest) -> Grads:
 @gradient("Softplus")
 def softplus(em: Emitter, req: GradRequest) -> Grads:
     return [em.mul(req.dy(), em.op("Sigmoid", req.node.input[0]))]
+
+
+@gradient("Softsign")
+def softsign(em: Emitter, req: GradRequest) -> Grads:
+    x = req.node.input[0]
+    denom = em.add(em.op("Abs", x), em.scalar(1, x))
+    return [em.op("Div", req.dy(), em.mul(denom, denom))]
+
+
+@gradient("Elu")
+def elu(em: Emitter, req: GradRequest) -> Grads:
+    x, y = req.node.input[0], req.node.output[0]
+    dy = req.dy()
+    slope = em.add(y, em.scalar(req.attrs.get("alpha", 1.0), y))
+    return [em.op("Where", em.op("Greater", x, em.scalar(0, x)), dy, em.mul(dy, slope))]
+
+
+@gradient("ThresholdedRelu")
+def thresholded_relu(em: Emitter, req: GradRequest) -> Grads:
+    x = req.node.input[0]
+    above = em.op("Greater", x, em.scalar(req.attrs.get("alpha", 1.0), x))
+    return [em.op("Where", above, req.dy(), em.scalar(0, x))]
 
 
 @gradient("Clip", inputs=(0,))

@@ -99,12 +99,12 @@ def test_older_opsets_are_upgraded_to_17():
 
 
 def test_an_op_without_a_rule_names_the_op_and_node_and_lists_the_supported_ops(tmp_path):
-    forward = with_node(mlp(), helper.make_node("Elu", ["output"], ["act"], name="the_elu"), "act", shape=[8, 3])
+    forward = with_node(mlp(), helper.make_node("Selu", ["output"], ["act"], name="the_selu"), "act", shape=[8, 3])
     with pytest.raises(NoGradientError) as info:
         build_training_graph(forward, loss="mse")
     msg = str(info.value)
     assert isinstance(info.value, UnsupportedOpError)
-    assert "no gradient rule for op Elu" in msg and "'the_elu'" in msg and "MatMul" in msg and "Softmax" in msg
+    assert "no gradient rule for op Selu" in msg and "'the_selu'" in msg and "MatMul" in msg and "Softmax" in msg
     src, out = tmp_path / "fwd.onnx", tmp_path / "train.onnx"
     onnx.save(forward, src)
     with pytest.raises(NoGradientError):
@@ -114,8 +114,8 @@ def test_an_op_without_a_rule_names_the_op_and_node_and_lists_the_supported_ops(
 
 def test_ops_off_the_parameter_path_need_no_rule():
     forward = mlp()
-    forward.graph.node.insert(0, helper.make_node("Elu", ["input"], ["input_elu"], name="pre"))
-    forward.graph.node[1].input[0] = "input_elu"
+    forward.graph.node.insert(0, helper.make_node("Selu", ["input"], ["input_selu"], name="pre"))
+    forward.graph.node[1].input[0] = "input_selu"
     model = build_training_graph(forward, optimizer=None)
     assert ort_run(model, mlp_batch())["fc1.weight_grad"].shape == (5, 6)
 

@@ -24,6 +24,20 @@ def test_leaky_relu(alpha):
     check_op(OpCase("LeakyRelu", [X], {"alpha": alpha}), lambda x: F.leaky_relu(x, alpha))
 
 
+def test_softsign():
+    check_op(OpCase("Softsign", [X], ort_float64=False), F.softsign)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.4])
+def test_elu(alpha):
+    check_op(OpCase("Elu", [X], {"alpha": alpha}, ort_float64=False), lambda x: F.elu(x, alpha))
+
+
+def test_thresholded_relu():
+    x = _off_kinks(X, [0.7])
+    check_op(OpCase("ThresholdedRelu", [x], {"alpha": 0.7}, ort_float64=False), lambda x: F.threshold(x, 0.7, 0.0))
+
+
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu(approximate):
     check_op(OpCase("Gelu", [X], {"approximate": approximate}, opset=20, ort_float64=False),
