@@ -290,10 +290,16 @@ class Graph:
         """True if kernel ``dst`` depends on kernel ``src`` (``indirectly``: through some other
         kernel, not only by reading ``src``'s results). The search visits only kernels placed
         between the two in topological order, so an adjacent pair costs a few steps, not a
-        walk over everything downstream of ``src``."""
-        limit = self.position(dst)
-        if self.position(src) >= limit:
+        walk over everything downstream of ``src``; and none when every other kernel ``dst`` reads
+        from comes before ``src`` (a saved activation read far downstream, in a backward pass)."""
+        limit, low = self.position(dst), self.position(src)
+        if low >= limit:
             return False
+        preds = self.predecessor_ids(self.nodes[dst])
+        if not indirectly and src in preds:
+            return True
+        if not any(p != src and self.position(p) > low for p in preds):
+            return False        # every other path into dst starts before src: none leaves src
         start = [s for s in self.successors(self.nodes[src]) if not (indirectly and s.id == dst)]
         seen = {s.id for s in start}
         stack = [s for s in start if self.position(s.id) <= limit]
