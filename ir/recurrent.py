@@ -169,6 +169,9 @@ class _Layer:
         given = given or list(_DEFAULT_ACTS[self.op]) * self.dirs
         if len(given) == per:
             given = given * self.dirs
+        if len(given) != per * self.dirs:
+            raise RecurrentVariantError(self.node, f"{len(given)} activations (a {self.direction} {self.op} takes "
+                                        f"{per} per direction)", self.path)
         out = []
         for name in given:
             if name.lower() not in _ACTIVATIONS:

@@ -113,6 +113,7 @@ def _node_model(op: str, attrs: dict, x_shape=(T, N, I)) -> onnx.ModelProto:
     ("LSTM", {"input_forget": 1}, "input_forget=1"),
     ("GRU", {"activations": ["Sigmoid", "Tanh"], "activation_alpha": [0.5]}, "activation_alpha"),
     ("RNN", {"activations": ["ScaledTanh"]}, "activation 'ScaledTanh'"),
+    ("LSTM", {"activations": ["Sigmoid", "Tanh"]}, "2 activations (a forward LSTM takes 3 per direction)"),
 ])
 def test_unsupported_variants_are_named(op, attrs, variant):
     with pytest.raises(RecurrentVariantError) as err:
