@@ -1,6 +1,7 @@
 """The ops the importer claims, per domain ('' is the default ONNX domain).
 
-An op is claimed only when the reference executor implements it and the ONNX
+An op is claimed only when the reference executor implements it (or, for RNN, GRU and LSTM,
+the import unrolls it into ops it implements: ``ir.recurrent``) and the ONNX
 backend node test cases made only of claimed ops pass at >= 95 %
 (tests/peer/test_node_suite.py; rtol 1e-3, atol 1e-7, exact for integers).
 ``EXCLUDED_CASES`` lists every in-scope node test case that does not pass,
