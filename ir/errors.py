@@ -9,6 +9,18 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 
+class NodeRef:
+    """A node-like view of an ONNX NodeProto for error messages (``describe_node``): its name, else its
+    first output, else ``#index``."""
+
+    kind = None
+
+    def __init__(self, node: Any, index: int | None = None) -> None:
+        self.name = node.name or (node.output[0] if node.output else f"#{index}")
+        self.id = self.name
+        self.op_type = node.op_type
+
+
 class StudioError(Exception):
     """Base of every error dcstudio raises on purpose. ``str(e)`` is one line."""
 

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 from onnx import GraphProto, NodeProto, helper, numpy_helper
 
-from ir.errors import GraphError, ShapeError, UnsupportedOpError
+from ir.errors import GraphError, NodeRef, ShapeError, UnsupportedOpError
 
 RECURRENT_OPS = ("RNN", "GRU", "LSTM")
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -45,16 +45,8 @@ class RecurrentVariantError(UnsupportedOpError):
 
     def __init__(self, node: NodeProto, variant: str, path: str | None = None) -> None:
         self.op_type = node.op_type
-        GraphError.__init__(self, f"unsupported {node.op_type} variant: {variant}", _Ref(node), path=path,
+        GraphError.__init__(self, f"unsupported {node.op_type} variant: {variant}", NodeRef(node), path=path,
                             hint=f"Export the layer without it (PyTorch's nn.{node.op_type} never uses it)")
-
-
-class _Ref:
-    kind = None
-
-    def __init__(self, node: NodeProto) -> None:
-        self.name = self.id = node.name or (node.output[0] if node.output else "?")
-        self.op_type = node.op_type
 
 
 def has_recurrent(graph: GraphProto) -> bool:
@@ -145,7 +137,7 @@ class _Layer:
         seq = shape[1 if self.layout else 0] if shape else None
         if not isinstance(seq, (int, np.integer)):
             raise ShapeError(f"the sequence length of {self.op} input '{self.inp['X']}' is not static "
-                             f"(shape {shape})", _Ref(node), path=path,
+                             f"(shape {shape})", NodeRef(node), path=path,
                              hint="Export with a fixed sequence length or bind the dimension (--bind)")
         self.steps = int(seq)
         if not self.hidden:
@@ -153,6 +145,7 @@ class _Layer:
             self.hidden = int(r_type[1][-1]) if r_type and r_type[1] else 0
         self.em = _Emitter(node.name or node.output[0], taken, x_type[0])
         self.acts = self._activations()
+        self._clip: tuple[str, str] | None = None
 
     def _check(self) -> None:
         if int(self.attrs.get("input_forget", 0)):
@@ -252,11 +245,9 @@ class _Layer:
         order = range(self.steps - 1, -1, -1) if reverse else range(self.steps)
         ys: dict[int, str] = {}
         zero = em.scalar(0.0) if masks is not None else None
+        step = getattr(self, f"_{self.op.lower()}_step")
         for t in order:
-            if self.op == "LSTM":
-                h_new, c_new = self._lstm_step(k, rows[t], rt, rb, h, c, (pi, po, pf))
-            else:
-                h_new, c_new = getattr(self, f"_{self.op.lower()}_step")(k, rows[t], rt, rb, h), None
+            h_new, c_new = step(k, rows[t], rt, rb, h, c, (pi, po, pf))
             y = h_new
             if masks is not None:
                 keep = masks[t]
@@ -282,38 +273,41 @@ class _Layer:
     def _act(self, name: str, x: str) -> str:
         clip = self.attrs.get("clip")
         if clip is not None:
-            x = self.em.op("Clip", x, self.em.scalar(-float(clip)), self.em.scalar(float(clip)))
+            if self._clip is None:          # one pair of bound constants per layer
+                self._clip = (self.em.scalar(-float(clip)), self.em.scalar(float(clip)))
+            x = self.em.op("Clip", x, *self._clip)
         return self.em.op(name, x)
 
     def _add(self, a: str, b: str | None) -> str:
         return a if b is None else self.em.op("Add", a, b)
 
-    def _rnn_step(self, k, row, rt, rb, h):
-        return self._act(self.acts[k][0], self._add(row, self._recurrent(rt, rb, h)))
+    def _rnn_step(self, k, row, rt, rb, h, _c, _peep):
+        return self._act(self.acts[k][0], self._add(row, self._recurrent(rt, rb, h))), None
 
-    def _gru_step(self, k, row, rt, rb, h):
+    def _gru_step(self, k, row, rt, rb, h, _c, _peep):
         """Every gate's pre-activation is split before the elementwise math, so the whole step's gate
         math reads GEMM outputs and fuses into one map."""
         em, n = self.em, self.hidden
         f, g = self.acts[k]
         x_z, x_r, x_h = em.split(row, [n] * 3, 1)
-        if int(self.attrs.get("linear_before_reset", 0)):
+        before_reset = int(self.attrs.get("linear_before_reset", 0))
+        if before_reset:                   # r * (H @ Rh^T + Rbh): all three gates in one GEMM
             hr = self._recurrent(rt, rb, h)
             h_z, h_r, h_h = em.split(hr, [n] * 3, -1) if hr is not None else (None,) * 3
-            z, r = self._act(f, self._add(x_z, h_z)), self._act(f, self._add(x_r, h_r))
-            cand = self._add(x_h, em.op("Mul", r, h_h) if h_h is not None else None)
-        else:
+        else:                              # (r * H) @ Rh^T + Rbh: the candidate's GEMM waits for r
             rt_zr, rt_h = em.split(rt, [2 * n, n], 1)
             rb_zr, rb_h = em.split(rb, [2 * n, n], 0) if rb is not None else (None, None)
             hr = self._recurrent(rt_zr, rb_zr, h)
             h_z, h_r = em.split(hr, [n, n], -1) if hr is not None else (None, None)
-            z, r = self._act(f, self._add(x_z, h_z)), self._act(f, self._add(x_r, h_r))
-            reset = self._recurrent(rt_h, rb_h, em.op("Mul", r, h)) if h is not None else rb_h
-            cand = self._add(x_h, reset)
+        z, r = self._act(f, self._add(x_z, h_z)), self._act(f, self._add(x_r, h_r))
+        if before_reset:
+            cand = self._add(x_h, em.op("Mul", r, h_h) if h_h is not None else None)
+        else:
+            cand = self._add(x_h, self._recurrent(rt_h, rb_h, em.op("Mul", r, h)) if h is not None else rb_h)
         hh = self._act(g, cand)
         if h is None:                      # H = (1 - z) * hh + z * 0
-            return em.op("Sub", hh, em.op("Mul", z, hh))
-        return em.op("Add", hh, em.op("Mul", z, em.op("Sub", h, hh)))
+            return em.op("Sub", hh, em.op("Mul", z, hh)), None
+        return em.op("Add", hh, em.op("Mul", z, em.op("Sub", h, hh))), None
 
     def _lstm_step(self, k, row, rt, rb, h, c, peep):
         em, n = self.em, self.hidden

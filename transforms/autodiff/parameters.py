@@ -128,7 +128,7 @@ def _verdict(name: str, t: TensorProto, exporter: str, meta: dict[str, str], use
             return Choice(name, True, "torch parameter")
         if kind:
             return Choice(name, False, f"torch {kind.lower().replace('_', ' ')}")
-        sources = _folded_sources(meta.get(FOLDED_KEY, ""))
+        sources = folded_sources(meta.get(FOLDED_KEY, ""))
         if len(sources) == 1 and uses.weight_like(name):
             return Choice(name, True, f"folded from: {sources[0]}", sources[0])
         named = [n for n in sources if not GENERATED_NAME.search(n)]
@@ -153,7 +153,7 @@ def _verdict(name: str, t: TensorProto, exporter: str, meta: dict[str, str], use
     return Choice(name, False, "exporter constant" if exporter != "other" else "constant (not used as a weight)")
 
 
-def _folded_sources(text: str) -> list[str]:
+def folded_sources(text: str) -> list[str]:
     return re.findall(r"'([^']*)'", text)
 
 

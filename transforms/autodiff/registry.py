@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from onnx import NodeProto
 
-from ir.errors import GraphError, UnsupportedOpError
+from ir.errors import GraphError, NodeRef, UnsupportedOpError
 
 if TYPE_CHECKING:
     from transforms.autodiff.emitter import Emitter
@@ -66,17 +66,6 @@ class NoGradientError(UnsupportedOpError):
         message = f"no gradient rule for op {qual}{' ' + variant if variant else ''}"
         GraphError.__init__(self, f"{message}, which lies between a trainable parameter and the loss",
                             NodeRef(node, index), hint=hint)
-
-
-class NodeRef:
-    """A node-like view of an ONNX node for error messages (``ir.errors.describe_node``)."""
-
-    kind = None
-
-    def __init__(self, node: NodeProto, index: int | None = None) -> None:
-        self.name = node.name or (node.output[0] if node.output else f"#{index}")
-        self.id = self.name
-        self.op_type = node.op_type
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ and says what to do.
 """
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
@@ -18,7 +17,7 @@ from ir.claimed_ops import is_claimed
 from ir.errors import GraphError, UnsupportedOpError
 from ir.recurrent import RECURRENT_OPS
 from transforms.autodiff.emitter import FLOAT_ELEMS
-from transforms.autodiff.parameters import FOLDED_KEY, GENERATED_NAME
+from transforms.autodiff.parameters import FOLDED_KEY, GENERATED_NAME, folded_sources
 from transforms.autodiff.registry import NodeRef
 from transforms.autodiff.sharing import module_of
 
@@ -85,7 +84,7 @@ def check_recurrent_folding(model: ModelProto) -> None:
     """Raise ``FoldedRecurrentError`` when an RNN/GRU/LSTM weight (W, R, B, P) is a constant folded from
     torch parameters."""
     g = model.graph
-    folded = {vi.name: [n for n in re.findall(r"'([^']*)'", p.value) if not GENERATED_NAME.search(n)]
+    folded = {vi.name: [n for n in folded_sources(p.value) if not GENERATED_NAME.search(n)]
               for vi in list(g.value_info) + list(g.input) for p in vi.metadata_props if p.key == FOLDED_KEY}
     inits = {t.name for t in g.initializer}
     for node in g.node:

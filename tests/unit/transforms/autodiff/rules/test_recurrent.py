@@ -73,8 +73,8 @@ def test_lstm_as_pytorch_runs_it(dirs):
 
 @pytest.mark.parametrize("kind", ["tanh", "relu"])
 def test_rnn_as_pytorch_runs_it(kind):
-    attrs = {"activations": ["Relu"]} if kind == "relu" else {}
-    check_op(_case("RNN", 2, attrs={k: v * 2 for k, v in attrs.items()}, h0=True, seed=20), _torch_fn("RNN", 2, kind))
+    attrs = {"activations": ["Relu", "Relu"]} if kind == "relu" else {}      # one per direction
+    check_op(_case("RNN", 2, attrs=attrs, h0=True, seed=20), _torch_fn("RNN", 2, kind))
 
 
 @pytest.mark.parametrize("case", [
