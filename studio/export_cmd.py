@@ -67,6 +67,18 @@ def load_with_history(model: str, history: str | None, bind: list[str], *, origi
     return graph, steps, (feeds, lambda: pending.result().widened_to(stated_tolerance(steps)), proto)
 
 
+def unvalued_parameters(graph, inputs: str | None) -> list[str]:
+    """The trained parameters that the model gives no value (graph inputs without an initializer, as in
+    onnxruntime-training artifacts, whose values live in ORT's checkpoint) and ``--inputs`` did not either."""
+    from ir.containers import Role
+    given: set[str] = set()
+    if inputs:
+        with np.load(inputs, allow_pickle=False) as data:
+            given = set(data.files)
+    return [n for n in graph.inputs if graph.containers[n].role is Role.PARAMETER and n not in graph.values
+            and n not in given]
+
+
 def eval_forward_of(graph, proto):
     """The eval-mode forward model of a generated training step (``transforms.autodiff.deploy``), or
     None; ``proto`` is the original model or its path (read only when the graph has a forward part)."""
@@ -107,6 +119,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     if res.traffic is not None:
         from studio.cli import traffic_lines
         print(traffic_lines(res.traffic))
+    unvalued = unvalued_parameters(graph, args.inputs)
+    if unvalued:
+        shown = ", ".join(unvalued[:3]) + (", …" if len(unvalued) > 3 else "")
+        print(f"note: {len(unvalued)} parameters ({shown}) have no value in the model: it takes them as inputs "
+              "without initializers, as onnxruntime-training artifacts do (ORT keeps them in its checkpoint). The "
+              "package's defaults for them are the check's generated inputs, not your weights: export with "
+              "--inputs WEIGHTS.npz (arrays by parameter name), or call Model().load_state_dict(...) before training")
     print(f"check it: cd {out.parent} && python -m {res.package} --check")
     return 0
 

@@ -201,6 +201,26 @@ def test_cli_exports_a_session_history(tmp_path, fixtures_dir):
     assert main(["export", str(model_path), "-o", str(tmp_path / "bad name")]) == 2
 
 
+def test_export_says_which_parameters_have_no_value_in_the_model(tmp_path, fixtures_dir, capsys):
+    """An onnxruntime-training artifact takes its parameters as inputs without initializers: the package's defaults
+    are then the check's generated inputs, and the export says so, naming them; ``--inputs`` with the weights
+    gives them values, and the note goes."""
+    import numpy as np
+    model_path = fixtures_dir / "ort_artifacts/mlp/legacy/train_step_adamw.onnx"
+    assert main(["export", str(model_path), "-o", str(tmp_path / "mlp_plain")]) == 0
+    out = capsys.readouterr().out
+    assert "note: 4 parameters (fc1.weight, fc1.bias, fc2.weight, …) have no value in the model" in out, out
+    assert "--inputs WEIGHTS.npz" in out
+    ref = np.load(fixtures_dir / "ort_artifacts/mlp/legacy/reference.npz")
+    weights = tmp_path / "weights.npz"
+    np.savez(weights, **{k.removeprefix("param0/"): ref[k] for k in ref.files if k.startswith("param0/")})
+    assert main(["export", str(model_path), "--inputs", str(weights), "-o", str(tmp_path / "mlp_weights")]) == 0
+    out = capsys.readouterr().out
+    assert "check it:" in out and "have no value" not in out, out
+    mod = load_package(tmp_path / "mlp_weights")
+    np.testing.assert_array_equal(mod.Model().state_dict()["fc2.bias"], ref["param0/fc2.bias"])
+
+
 def test_exported_kernels_are_byte_identical_to_the_cache(tmp_path):
     from codegen.numba_cpu.kernel_cache import kernel_module
     from codegen.numba_cpu.backend import program as build_program
