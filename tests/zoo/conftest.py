@@ -16,8 +16,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         w.write_line(f"{name:<20} {r['steps']:>5} steps  {before / 1e6:9.2f} MB -> {after / 1e6:9.2f} MB "
                      f"({after / before - 1:+.1%}), bound {bound / 1e6:.2f} MB, "
                      f"{before / bound:.2f}x -> {after / bound:.2f}x the bound")
+        if "note" in r:
+            w.write_line(f"{'':<20} {r['note']}")
         w.write_line(f"{'':<20} replay: {r['replay_check']}")
-        w.write_line(f"{'':<20} module: {r['module_check']}")
+        w.write_line(f"{'':<20} module: {r.get('module_check', 'not run')}")
         for optimizer, worst in r.get("training", {}).items():
             w.write_line(f"{'':<20} trains like PyTorch ({optimizer}, worst error/tolerance): {worst}")
         w.write_line(f"{'':<20} seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["seconds"].items()))

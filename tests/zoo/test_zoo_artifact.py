@@ -1,4 +1,5 @@
-"""An onnxruntime-training artifact of a CNN through the pipeline a user runs, then trained like PyTorch.
+"""The zoo's onnxruntime-training artifact: a CNN's generated training step through the pipeline a user runs,
+then trained like PyTorch (its row, ``mbconv_artifact``, joins the zoo's terminal summary).
 
 ``ort_artifacts/mbconv_net/legacy`` (fixtures README): an EfficientNet-style CNN built here (depthwise
 convolutions, SiLU, squeeze-excitation, BatchNorm, a residual) whose training step onnxruntime-training generated
@@ -8,8 +9,8 @@ convolutions, SiLU, squeeze-excitation, BatchNorm, a residual) whose training st
 
 1. ``recipe`` → ``replay --check`` → ``export`` → the package's own ``--check``, as the zoo runs its models;
 2. the same network's standard-op step (``train-graph`` of the artifact's own ``forward.onnx``) through the same
-   recipe: the artifact must end below its twin in bytes moved. Both reductions are printed: the artifact starts
-   from onnxruntime's fused gradient ops, so the share the recipe cuts is smaller than on the twin;
+   recipe: the artifact must end below its twin in bytes moved. Both reductions go to the zoo's summary: the
+   artifact starts from onnxruntime's fused gradient ops, so the share the recipe cuts is smaller than on the twin;
 3. the package trains for ``STEPS`` steps from PyTorch's initial weights, each step checked from the state it
    started in against the same step in PyTorch (autograd gradients, the AdamW above; float64 truth, float32
    baseline, ``K_RUN`` × the baseline's error, as the zoo's parity); the first step also against the step
@@ -17,12 +18,15 @@ convolutions, SiLU, squeeze-excitation, BatchNorm, a residual) whose training st
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import io
+import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+import time
 
 import numpy as np
 import onnx
@@ -36,6 +40,7 @@ from studio.cli import main  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 from tests.peer.test_export_fixtures import load_package  # noqa: E402
 from tests.peer.training_runs import K_RUN, make_batches, step_checks  # noqa: E402
+from tests.zoo.test_zoo import ROWS  # noqa: E402
 
 ARTIFACT = FIXTURES / "ort_artifacts/mbconv_net/legacy"
 STEPS = 20
@@ -51,42 +56,65 @@ def _torch_module() -> torch.nn.Module:
     return source.MBConvNet(10)
 
 
-def _cli(*args) -> int:
-    return main([str(a) for a in args])
+def _cli(*args) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([str(a) for a in args])
+    return code, out.getvalue()
 
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    """The artifact's and its twin's recipe and replay reports, and the artifact's exported package."""
+    """The artifact's and its twin's replay summaries, and the artifact's exported package; the artifact's zoo row
+    (``ROWS["mbconv_artifact"]``) gets its figures and seconds per stage."""
     tmp = tmp_path_factory.mktemp("artifact_cnn")
     step = ARTIFACT / "train_step_adamw.onnx"
     twin = tmp / "twin.onnx"
-    assert _cli("train-graph", ARTIFACT / "forward.onnx", "--loss", "cross_entropy", "--optimizer", "adamw",
-                "-o", twin) == 0
+    code, _ = _cli("train-graph", ARTIFACT / "forward.onnx", "--loss", "cross_entropy", "--optimizer", "adamw",
+                   "-o", twin)
+    assert code == 0
+    row: dict = {"model": "mbconv_artifact"}
+    times = row["seconds"] = {}
     reports = {}
     for label, model in (("artifact", step), ("twin", twin)):
         hist, report = tmp / f"{label}.history.json", tmp / f"{label}.replay.json"
-        assert _cli("recipe", model, "-o", hist, "--quiet") == 0, label
-        assert _cli("replay", model, hist, "--check", "--quiet", "--json", report) == 0, label
-        reports[label] = __import__("json").loads(report.read_text())["summary"]
-        assert reports[label]["failures"] == 0, (label, reports[label])
+        t = time.perf_counter()
+        assert _cli("recipe", model, "-o", hist, "--quiet")[0] == 0, label
+        times[f"{label} recipe"] = time.perf_counter() - t
+        t = time.perf_counter()
+        code, out = _cli("replay", model, hist, "--check", "--quiet", "--json", report)
+        times[f"{label} replay --check"] = time.perf_counter() - t
+        check = next(line for line in out.splitlines() if line.startswith("check: "))
+        assert code == 0 and "all within tolerance" in check, (label, out[-2000:])
+        reports[label] = json.loads(report.read_text())["summary"]
+        if label == "artifact":
+            row.update(bytes_before=reports[label]["bytes_before"], bytes_after=reports[label]["bytes_after"],
+                       bound=reports[label]["bound"], replay_check=check.removeprefix("check: "),
+                       steps=len(json.loads(hist.read_text())["steps"]))
+    twin_summary = reports["twin"]
+    row["note"] = (f"its standard-op twin (train-graph of the same forward.onnx): "
+                   f"{twin_summary['bytes_before'] / 1e6:.2f} MB -> {twin_summary['bytes_after'] / 1e6:.2f} MB "
+                   f"({-twin_summary['reduction']:+.1%})")
     pkg = tmp / "mbconv_artifact_pkg"
-    assert _cli("export", step, tmp / "artifact.history.json", "-o", pkg) == 0
-    return reports, pkg
+    t = time.perf_counter()
+    assert _cli("export", step, tmp / "artifact.history.json", "-o", pkg)[0] == 0
+    times["export"] = time.perf_counter() - t
+    ROWS["mbconv_artifact"] = row
+    return reports, pkg, row
 
 
 @pytest.mark.slow
 def test_artifact_cnn_exports_checks_and_moves_less_than_its_standard_twin(pipeline):
-    reports, pkg = pipeline
+    reports, pkg, row = pipeline
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", pkg.name, "--check"], cwd=pkg.parent, env=env,
                           capture_output=True, text=True, timeout=900)
+    row["seconds"]["module --check"] = time.perf_counter() - t
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1].endswith("outputs match"), proc.stdout[-500:]
+    row["module_check"] = proc.stdout.strip().splitlines()[-1]
+    assert row["module_check"].endswith("outputs match"), proc.stdout[-500:]
     art, twin = reports["artifact"], reports["twin"]
-    print(f"\nartifact {art['bytes_before'] / 1e6:.2f} -> {art['bytes_after'] / 1e6:.2f} MB "
-          f"(-{100 * art['reduction']:.1f}%); standard-op twin {twin['bytes_before'] / 1e6:.2f} -> "
-          f"{twin['bytes_after'] / 1e6:.2f} MB (-{100 * twin['reduction']:.1f}%)")
     assert art["reduction"] > 0.25, art
     assert art["bytes_after"] < twin["bytes_after"], (art, twin)
 
@@ -119,7 +147,8 @@ class OnnxruntimeAdamW:
 
 @pytest.mark.slow
 def test_artifact_cnn_package_trains_like_pytorch(pipeline):
-    _, pkg = pipeline
+    _, pkg, row = pipeline
+    t = time.perf_counter()
     module = _torch_module()
     ref = np.load(ARTIFACT / "reference.npz")
     params = {n: p.detach().numpy() for n, p in module.named_parameters()}
@@ -152,5 +181,8 @@ def test_artifact_cnn_package_trains_like_pytorch(pipeline):
         for key, value in step_worst.items():
             worst[key] = max(worst.get(key, 0.0), value)
     assert model.step_count == STEPS + 1
-    print("\nworst error / tolerance over", STEPS, "steps:",
-          ", ".join(f"{label} {kind} {ratio:.2f}" for (label, kind), ratio in sorted(worst.items())))
+    row["seconds"][f"train {STEPS} steps"] = time.perf_counter() - t
+    row.setdefault("training", {})["adamw (onnxruntime's)"] = ", ".join(
+        f"{kind} {ratio:.2f}" for (label, kind), ratio in sorted(worst.items()) if label == "package")
+    row["training"]["onnxruntime-training's recorded first step"] = ", ".join(
+        f"{kind} {ratio:.2f}" for (label, kind), ratio in sorted(worst.items()) if label != "package")
