@@ -20,6 +20,7 @@ from ir.containers import Container, Role
 from ir.errors import GraphError
 from ir.ids import IdAuthority
 from ir.memlet import Memlet
+from ir.node_table import NodeTable
 from ir.nodes import AccessNode, MapNode, OpNode
 
 ComputeNode = OpNode | MapNode
@@ -42,7 +43,7 @@ class Graph:
     def __init__(self, name: str = "graph") -> None:
         self.name = name
         self.containers: dict[str, Container] = {}
-        self.nodes: dict[str, ComputeNode] = {}
+        self.nodes: NodeTable = NodeTable()              # kernels by id, in schedule order
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.values: dict[str, np.ndarray] = {}      # initializer values (weights, constants)
@@ -53,8 +54,9 @@ class Graph:
         self._access_ids: dict[str, str] = {}
         self._producer: dict[str, str] = {}
         self._consumers: dict[str, list[str]] = {}     # lists replaced on change, never edited: clones share them
-        self._positions: dict[str, int] | None = None   # topological positions, rebuilt on demand
+        self._positions: dict[str, float] | None = None  # topological positions, when ``nodes`` is not sorted
         self._order_ok: bool | None = True               # is ``nodes`` in a topological order? None: unknown
+        self._dirty: set[str] | None = set()             # if unknown: the kernels linked since it was sorted
 
     # --- containers ---------------------------------------------------------------------
     def add_container(self, c: Container) -> Container:
@@ -107,17 +109,14 @@ class Graph:
         if before is None:
             self.nodes[node.id] = node
         else:
-            items = list(self.nodes.items())
-            items.insert(list(self.nodes).index(before), (node.id, node))
-            self.nodes = dict(items)
+            self.nodes.insert(node.id, node, before)
         self._link(node)
         return node
 
     def replace_node(self, old: str, node: ComputeNode, edit: Callable[[], None] | None = None) -> ComputeNode:
         """Put ``node`` where node ``old`` is in ``nodes`` (``old`` leaves; the use-def is rebuilt
         from ``node``'s memlets; ``edit``, run while neither is linked, may change those memlets).
-        One pass over ``nodes`` at most (none when the id stays): an expansion at 12 layers
-        used to rebuild the order list four times."""
+        O(1): a new id takes the old one's place in ``nodes`` (``NodeTable.rename``)."""
         prev = self.node(old)
         if node.id != old and node.id in self.nodes:
             raise GraphError(f"duplicate node id '{node.id}'", node, self)
@@ -129,10 +128,7 @@ class Graph:
         else:
             self.ids.release(old)
             self.ids._taken.add(node.id)
-            ids, kept = list(self.nodes), list(self.nodes.values())     # C-level copies: 40x faster than
-            k = ids.index(old)                                          # a comprehension on 4,000 kernels
-            ids[k], kept[k] = node.id, node
-            self.nodes = dict(zip(ids, kept))
+            self.nodes.rename(old, node.id, node)
         self._link(node)
         return node
 
@@ -155,7 +151,12 @@ class Graph:
 
     def _link(self, node: ComputeNode) -> None:
         self._positions = None
-        self._order_ok = None          # a new or rewired node may be read by an earlier one
+        dirty = getattr(self, "_dirty", None)
+        if self._order_ok is False or dirty is None:
+            self._dirty = None         # unknown: the next check reads every memlet
+        else:
+            dirty.add(node.id)         # a new or rewired node may be read by an earlier one
+        self._order_ok = None
         for m in node.outputs:
             if m is None:
                 continue
@@ -264,12 +265,32 @@ class Graph:
 
     def is_sorted(self) -> bool:
         """True if ``nodes`` is already in a topological order (every container read is written
-        by an earlier node): one pass over the memlets, no sort; remembered until a node is
-        added or rewired (removing nodes keeps an order topological)."""
+        by an earlier node), without a sort; remembered until a node is added or rewired
+        (removing nodes keeps an order topological). Since the last sorted state, only the
+        kernels linked since can break the order, so only their memlets are read (one pass over
+        every memlet when that state is unknown)."""
         if getattr(self, "_order_ok", None) is not None:
             return self._order_ok
-        self._order_ok = self._check_sorted()
+        dirty = getattr(self, "_dirty", None)
+        self._order_ok = self._check_sorted() if dirty is None else self._check_linked(dirty)
+        self._dirty = set()
         return self._order_ok
+
+    def _check_linked(self, idents: Iterable[str]) -> bool:
+        """Every edge into and out of ``idents`` runs forward in ``nodes`` (the others did already)."""
+        label, producer, consumers = self.nodes.label, self._producer, self._consumers
+        for ident in idents:
+            node = self.nodes.get(ident)
+            if node is None:
+                continue
+            at = label(ident)
+            for m in node.inputs:
+                if m is not None and (p := producer.get(m.container)) is not None and label(p) >= at:
+                    return False
+            for m in node.outputs:
+                if m is not None and any(label(c) <= at for c in consumers.get(m.container, ())):
+                    return False
+        return True
 
     def _check_sorted(self) -> bool:
         seen: set[str] = set()
@@ -283,8 +304,11 @@ class Graph:
             seen.add(ident)
         return True
 
-    def position(self, ident: str) -> int:
-        """``ident``'s index in a topological order (cached until the use-def changes)."""
+    def position(self, ident: str) -> float:
+        """A number that orders ``ident`` in a topological order: its ``NodeTable.label`` when ``nodes`` is
+        sorted (O(1)), else its index in ``topo_order`` (cached until the use-def changes)."""
+        if self.is_sorted():
+            return self.nodes.label(ident)
         if getattr(self, "_positions", None) is None:
             self._positions = {n.id: k for k, n in enumerate(self.topo_order())}
         return self._positions[ident]
@@ -292,29 +316,39 @@ class Graph:
     def depends(self, src: str, dst: str, *, indirectly: bool = False) -> bool:
         """True if kernel ``dst`` depends on kernel ``src`` (``indirectly``: through some other
         kernel, not only by reading ``src``'s results). The search visits only kernels placed
-        between the two in topological order, so an adjacent pair costs a few steps, not a
-        walk over everything downstream of ``src``; and none when every other kernel ``dst`` reads
-        from comes before ``src`` (a saved activation read far downstream, in a backward pass)."""
+        between the two in topological order, so an adjacent pair costs a few steps; none when
+        every other kernel ``dst`` reads from comes before ``src`` (a saved activation read far
+        downstream, in a backward pass); and it grows the smaller of two frontiers, forward from
+        ``src`` and backward from ``dst``, until they meet or one runs out: a forward walk alone
+        crossed every kernel between a forward activation and its backward reader."""
         limit, low = self.position(dst), self.position(src)
         if low >= limit:
             return False
         preds = self.predecessor_ids(self.nodes[dst])
         if not indirectly and src in preds:
             return True
-        if not any(p != src and self.position(p) > low for p in preds):
+        position = self.position
+        back = {p for p in preds if p != src and position(p) > low}
+        if not back:
             return False        # every other path into dst starts before src: none leaves src
-        start = [s for s in self.successors(self.nodes[src]) if not (indirectly and s.id == dst)]
-        seen = {s.id for s in start}
-        stack = [s for s in start if self.position(s.id) <= limit]
-        while stack:
-            node = stack.pop()
-            if node.id == dst:
+        ahead = {s for s in self._successor_ids(src) if s != dst and position(s) < limit}
+        seen_ahead, seen_back = set(ahead), set(back)
+        while ahead and back:
+            if not seen_ahead.isdisjoint(seen_back):
                 return True
-            for s in self.successors(node):
-                if s.id not in seen and self.position(s.id) <= limit:
-                    seen.add(s.id)
-                    stack.append(s)
-        return False
+            if len(ahead) <= len(back):
+                ahead = {s for k in ahead for s in self._successor_ids(k)
+                         if s not in seen_ahead and position(s) < limit}
+                seen_ahead |= ahead
+            else:
+                back = {p for k in back for p in self.predecessor_ids(self.nodes[k])
+                        if p not in seen_back and position(p) > low}
+                seen_back |= back
+        return not seen_ahead.isdisjoint(seen_back)
+
+    def _successor_ids(self, ident: str) -> set[str]:
+        consumers = self._consumers
+        return {c for m in self.nodes[ident].outputs if m is not None for c in consumers.get(m.container, ())}
 
     def splice(self, remove: Iterable[str], add: Iterable[ComputeNode]) -> None:
         """Remove nodes ``remove``, add ``add``, and restore a topological order of ``nodes``:
@@ -331,27 +365,27 @@ class Graph:
 
     def _place(self, node: ComputeNode) -> bool:
         """Move ``node`` (just appended) in front of its first reader; False if a node it reads
-        comes after that reader (then only a sort can order them)."""
-        ids = list(self.nodes)
-        index = ids.index     # a few C-level scans cost less than an index of every kernel
-        last_read = max((index(p) for m in node.inputs if m is not None
-                         and (p := self._producer.get(m.container)) is not None and p != node.id), default=-1)
-        first_reader = min((index(c) for m in node.outputs if m is not None
-                            for c in self._consumers.get(m.container, ()) if c != node.id), default=len(ids))
-        if last_read >= first_reader:
+        comes after that reader (then only a sort can order them). O(its memlets): the order's
+        labels compare kernels, and the move relinks one."""
+        label = self.nodes.label
+        last_read = max((label(p) for m in node.inputs if m is not None
+                         and (p := self._producer.get(m.container)) is not None and p != node.id), default=None)
+        readers = [c for m in node.outputs if m is not None for c in self._consumers.get(m.container, ())
+                   if c != node.id]
+        first = min(readers, key=label, default=None)
+        if first is not None and last_read is not None and last_read >= label(first):
             return False
-        if first_reader < len(ids):
-            ids.insert(first_reader, ids.pop())
-            self.nodes = dict(zip(ids, map(self.nodes.__getitem__, ids)))
-        self._order_ok = True
-        self._positions = dict(zip(ids, range(len(ids))))
+        if first is not None:
+            self.nodes.move_before(node.id, first)
+        self._order_ok, self._dirty = True, set()
+        self._positions = None
         return True
 
     def sort(self) -> None:
         """Reorder ``nodes`` topologically (stable w.r.t. the current order)."""
         if not self.is_sorted():
-            self.nodes = {n.id: n for n in self.topo_order()}
-            self._order_ok = True
+            self.nodes = NodeTable((n.id, n) for n in self.topo_order())
+            self._order_ok, self._dirty = True, set()
 
     def kernels(self) -> list[ComputeNode]:
         """Top-level ops and maps: one launch each."""
@@ -372,13 +406,10 @@ class Graph:
         g = copy.copy(self)
         deep = copied if isinstance(copied, (set, dict)) else set(copied)
         g.containers = dict(self.containers)
-        if len(deep) * 4 < len(self.nodes):
-            g.nodes = dict(self.nodes)
-            for k in deep:
-                if k in g.nodes:
-                    g.nodes[k] = _copy_node(g.nodes[k])
-        else:
-            g.nodes = {k: _copy_node(n) if k in deep else n for k, n in self.nodes.items()}
+        g.nodes = self.nodes.copy()
+        for k in deep:
+            if k in g.nodes:
+                g.nodes[k] = _copy_node(g.nodes[k])       # an existing id keeps its place
         g.inputs, g.outputs = list(self.inputs), list(self.outputs)
         g.values = dict(self.values)
         g.bindings, g.opsets, g.meta = dict(self.bindings), dict(self.opsets), dict(self.meta)
@@ -386,6 +417,8 @@ class Graph:
         g._access_ids = dict(self._access_ids)
         g._producer = dict(self._producer)
         g._consumers = dict(self._consumers)      # the lists are replaced, never edited in place
+        dirty = getattr(self, "_dirty", None)
+        g._dirty = None if dirty is None else set(dirty)
         return g
 
     def used_containers(self) -> Iterable[str]:

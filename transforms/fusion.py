@@ -41,7 +41,7 @@ from ir.maps import finalize
 from ir.memlet import Memlet, index_to_text
 from ir.nodes import MapNode, OpNode, Tasklet
 from transforms.base import Touched
-from transforms.scopes import (Access, copy_body, extents, fresh, insert_after, insert_before,
+from transforms.scopes import (Access, Taken, copy_body, extents, fresh, insert_after, insert_before,
                                kernel_names, point_write, reads, same_space, scope_of, writes)
 
 
@@ -66,13 +66,13 @@ def reaches(graph: Graph, src: str, dst: str) -> bool:
     return graph.depends(src, dst)
 
 
-def _local_for(graph: Graph, container: str, taken: set[str]) -> Container:
+def _local_for(graph: Graph, container: str, taken: Taken) -> Container:
     c = graph.container(container)
     base = "_" + "".join(ch if ch.isalnum() else "_" for ch in container.split("/")[-1])[-24:]
     return Container(fresh(base, taken), (), c.dtype)
 
 
-def _rename_map(kernel: MapNode, reserved_params: set[str], reserved_locals: set[str],
+def _rename_map(kernel: MapNode, reserved_params: set[str], reserved_locals: Taken,
                 fixed: dict[str, E.Expr]) -> tuple[dict, dict]:
     """Fresh names for ``kernel``'s nested params and locals, avoiding the reserved sets."""
     params, locs, _ = kernel_names(kernel)
@@ -100,7 +100,7 @@ def fuse_point(graph: Graph, p: MapNode, c: MapNode, container: str, new_id: str
     if set(fixed) != set(c.param_names):
         raise FusionError(f"'{c.id}' reads '{container}' at a point that does not cover its map")
     p_params, p_locals, _ = kernel_names(p)
-    taken = p_locals | set(graph.containers)       # one set: the new local and C's renamed locals
+    taken = Taken(p_locals, graph.containers)      # one set: the new local and C's renamed locals
     local = _local_for(graph, container, taken)     # must differ from each other (issue 10)
     pmap, lmap = _rename_map(c, set(p_params), taken, fixed)
     lmap[container] = local.name
@@ -293,7 +293,7 @@ def inline_producer(graph: Graph, p: MapNode, c: MapNode, container: str, new_id
     if store and cover is None:
         raise FusionError(f"'{store[0]}' of '{p.id}' is still needed after the fusion, and no read of "
                           f"'{container}' in '{c.id}' visits each element once to store it")
-    taken = kernel_names(work)[1] | set(graph.containers)
+    taken = Taken(kernel_names(work)[1], graph.containers)
     for k, acc in enumerate(rs):
         _inline_at(graph, p, w, work, acc, k, store if k == cover else [], taken)
     work.label = f"{p.label}>{c.label}"
@@ -311,7 +311,7 @@ def _covering(graph: Graph, rs: list[Access], w: Access, work: MapNode, p: MapNo
 
 
 def _inline_at(graph: Graph, p: MapNode, w: Access, work: MapNode, acc: Access, k: int,
-               store: list[str], taken: set[str]) -> None:
+               store: list[str], taken: Taken) -> None:
     """Copy P's slice for the read ``acc`` (and the results in ``store``) in front of it."""
     container = w.memlet.container
     chain = _slice_for(p, {container, *store})
@@ -354,7 +354,7 @@ def absorb_consumer(graph: Graph, p: MapNode, c: MapNode, containers: str | Sequ
     if clash:
         raise FusionError(f"'{c.id}' also reads '{clash[0]}', which '{p.id}' writes")
     owner = scope_of(work, points[names[0]].tasklet)
-    taken = kernel_names(work)[1] | set(graph.containers)
+    taken = Taken(kernel_names(work)[1], graph.containers)
     lmap = {n: _local_for(graph, n, taken).name for n in names}
     lmap.update({loc: fresh(loc, taken) for loc in sorted(nest[-1].locals)})
     marks = _redirect_writes(graph, work, owner, points, lmap, c.id)
@@ -417,7 +417,7 @@ def _localize_wcr(m: MapNode, container: str, graph: Graph) -> None:
         return
     holder = acc.scopes[-2]
     _, locs, _ = kernel_names(m)
-    name = fresh("_acc", locs | set(graph.containers))
+    name = fresh("_acc", Taken(locs, graph.containers))
     holder.locals[name] = Container(name, (), graph.container(container).dtype)
     old = acc.memlet
     acc.tasklet.output = Memlet(name, (), None, old.wcr)
@@ -433,7 +433,7 @@ def merge_siblings(graph: Graph, a: MapNode, b: MapNode, new_id: str) -> MapNode
         raise FusionError(f"'{a.id}' and '{b.id}' have different iteration spaces")
     a_params, a_locals, _ = kernel_names(a)
     fixed = {pb: E.Var(pa) for (pb, _), (pa, _) in zip(b.params, a.params)}
-    pmap, lmap = _rename_map(b, set(a_params), a_locals | set(graph.containers), fixed)
+    pmap, lmap = _rename_map(b, set(a_params), Taken(a_locals, graph.containers), fixed)
     body_b = copy_body(b.body, pmap, lmap, _id_prefix(a, b.body, b.id))
     locals_ = {**a.locals, **{lmap[k]: Container(lmap[k], v.shape, v.dtype) for k, v in b.locals.items()}}
     m = MapNode(new_id, list(a.params), copy_body(a.body, {}, {}) + body_b, locals=locals_,
@@ -456,7 +456,7 @@ def host_sibling(graph: Graph, host: MapNode, guest: MapNode, container: str, ne
     targets = {container: [ix.name for ix in spot.memlet.subset]}
     binding = _binding(reads(guest, container), targets, _params(nest), extents(guest, graph),
                        extents(work, graph), guest.id)
-    taken = kernel_names(work)[1] | set(graph.containers)
+    taken = Taken(kernel_names(work)[1], graph.containers)
     lmap = {loc: fresh(loc, taken) for loc in sorted(nest[-1].locals)}
     copies = copy_body(nest[-1].body, binding, lmap, _id_prefix(work, nest[-1].body, guest.id))
     _as_locals(copies, set(lmap.values()))

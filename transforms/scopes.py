@@ -67,7 +67,21 @@ def kernel_names(m: MapNode) -> tuple[set[str], set[str], set[str]]:
     return params, locs, ids
 
 
-def fresh(base: str, taken: set[str]) -> str:
+class Taken:
+    """Names in use: a kernel's own (a set that ``fresh`` adds to) and a graph's containers, read through
+    without copying them (a copy per fusion cost O(containers): 4 s of a 64-step GRU's recipe)."""
+
+    def __init__(self, own: Iterable[str], containers: Mapping[str, object]) -> None:
+        self.own, self.containers = set(own), containers
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.own or name in self.containers
+
+    def add(self, name: str) -> None:
+        self.own.add(name)
+
+
+def fresh(base: str, taken: set[str] | Taken) -> str:
     """``base`` or ``base_1``, ``base_2``… — the first not in ``taken`` (which is updated)."""
     name, k = base, 1
     while name in taken:

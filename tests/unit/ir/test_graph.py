@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from onnx import helper
 
+from ir.containers import Container
+from ir.graph import Graph
+from ir.memlet import Memlet
+from ir.nodes import OpNode
 from ir.onnx_import import import_proto
 from tests.unit.ir.onnx_models import model, vi
 
@@ -47,3 +51,27 @@ def test_clone_sharing_copies_only_what_an_edit_may_touch():
     work.outputs.remove("e")
     assert "mark" not in g.nodes["b"].attrs and "e" in g.nodes and "e" in g.outputs
     assert g.consumers("x") and [n.id for n in g.consumers("x")] != [n.id for n in work.consumers("x")]
+
+
+def test_depends_agrees_with_a_walk_of_every_path_on_random_graphs():
+    """Random DAGs (each kernel reads up to three earlier results): ``depends`` (both frontiers) against the
+    transitive closure, directly and ``indirectly`` (through at least one other kernel)."""
+    import random
+    for seed in range(40):
+        rng = random.Random(seed)
+        g, preds = Graph(), {}
+        n = rng.randint(2, 30)
+        for k in range(n):
+            g.add_container(Container(f"t{k}", (4,), "float32"))
+            srcs = sorted(set(rng.sample(range(k), min(k, rng.randint(0, 3)))))
+            preds[k] = srcs
+            g.add_node(OpNode(f"k{k}", "Add", [Memlet(f"t{s}") for s in srcs], [Memlet(f"t{k}")]))
+        reach = {k: set() for k in range(n)}        # reach[k]: kernels k depends on
+        for k in range(n):
+            for s in preds[k]:
+                reach[k] |= {s} | reach[s]
+        for a in range(n):
+            for b in range(n):
+                assert g.depends(f"k{a}", f"k{b}") == (a in reach[b]), (seed, a, b)
+                indirect = any(a in reach[s] for s in preds[b])
+                assert g.depends(f"k{a}", f"k{b}", indirectly=True) == indirect, (seed, a, b)
