@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from onnx import GraphProto, NodeProto, helper, numpy_helper
+from onnx import GraphProto, NodeProto, TensorProto, helper, numpy_helper
 
 from ir.errors import GraphError, NodeRef, ShapeError, UnsupportedOpError
 
@@ -58,25 +58,72 @@ def expand_recurrent(graph: GraphProto, type_of: TypeOf, path: str | None = None
     kept). Returns how many layers were expanded."""
     taken = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
     taken |= {o for n in graph.node for o in n.output} | {n.name for n in graph.node}
+    stacked, packers = _stacked(graph, type_of)
     nodes: list[NodeProto] = []
     count = 0
     for node in graph.node:
         if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
-        nodes.extend(_Layer(node, type_of, taken, path).expand())
+        nodes.extend(_Layer(node, type_of, taken, path, stacked).expand())
         count += 1
     if count:
         del graph.node[:]
-        graph.node.extend(nodes)
+        graph.node.extend(_without_unread(nodes, packers, {o.name for o in graph.output}))
     return count
+
+
+def _without_unread(nodes: list[NodeProto], packers: set[str], outputs: set[str]) -> list[NodeProto]:
+    """``nodes`` without the packing nodes (their output in ``packers``) that nothing reads any more, the
+    layers having read their pieces: dead code, which would still cost its bytes in the forward pass."""
+    while True:
+        read = outputs | {i for n in nodes for i in n.input}
+        dead = {n.output[0] for n in nodes if n.output and n.output[0] in packers and n.output[0] not in read}
+        if not dead:
+            return nodes
+        nodes = [n for n in nodes if not (n.output and n.output[0] in dead)]
+
+
+def _stacked(graph: GraphProto, type_of: TypeOf) -> tuple[dict[str, list[str]], set[str]]:
+    """Values that stack others along a new leading axis, with what they stack: ``Concat`` on axis 0 of
+    ``Unsqueeze(·, [0])`` or ``Reshape`` to ``(1, *shape)`` views (how exporters pack a bidirectional layer's
+    weights), and such a view alone. ``per_direction`` then reads the pieces instead of splitting the pack
+    again: a ``Split`` and ``Squeeze`` per weight in the forward, and their gradients in the backward.
+    Also the output of every packing node (``_without_unread`` drops those left unread)."""
+    ints = {t.name: numpy_helper.to_array(t) for t in graph.initializer
+            if t.data_type == TensorProto.INT64 and len(t.dims) <= 1}
+    for n in graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            ints[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    views: dict[str, str] = {}
+    packers: set[str] = set()
+    for n in graph.node:
+        if n.op_type == "Unsqueeze" and len(n.input) >= 1:
+            axes = ([int(a) for a in helper.get_attribute_value(n.attribute[0])] if n.attribute else
+                    [int(a) for a in np.asarray(ints.get(n.input[1], [])).reshape(-1)] if len(n.input) > 1 else [])
+            if axes == [0]:
+                views[n.output[0]] = n.input[0]
+                packers.add(n.output[0])
+        elif n.op_type == "Reshape":
+            src, out = type_of(n.input[0]), type_of(n.output[0])
+            if src and out and src[1] is not None and out[1] is not None and tuple(out[1]) == (1, *src[1]):
+                views[n.output[0]] = n.input[0]
+                packers.add(n.output[0])
+    stacked = {name: [src] for name, src in views.items()}
+    for n in graph.node:
+        axis = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"), None)
+        if n.op_type == "Concat" and axis == 0 and n.input and all(i in views for i in n.input):
+            stacked[n.output[0]] = [views[i] for i in n.input]
+            packers.add(n.output[0])
+    return stacked, packers
 
 
 class _Emitter:
     """Appends ONNX nodes with fresh names under the layer's scope."""
 
-    def __init__(self, scope: str, taken: set[str], elem: int) -> None:
+    def __init__(self, scope: str, taken: set[str], elem: int, stacked: dict[str, list[str]]) -> None:
         self.scope, self.taken, self.elem, self.nodes = scope, taken, elem, []
+        self.stacked = stacked
 
     def fresh(self, stem: str) -> str:
         k, name = 0, f"{self.scope}/{stem}"
@@ -115,12 +162,17 @@ class _Emitter:
         return self.op("Unsqueeze", x, self.ints(*axes))
 
     def per_direction(self, x: str, d: int) -> list[str]:
-        """Split a [D, ...] value into D values without the leading axis."""
+        """Split a [D, ...] value into D values without the leading axis (the stacked pieces themselves
+        when ``x`` is a stack of D, ``_stacked``)."""
+        pieces = self.stacked.get(x)
+        if pieces is not None and len(pieces) == d:
+            return list(pieces)
         return [self.squeeze(p, 0) for p in self.split(x, [1] * d, 0)]
 
 
 class _Layer:
-    def __init__(self, node: NodeProto, type_of: TypeOf, taken: set[str], path: str | None) -> None:
+    def __init__(self, node: NodeProto, type_of: TypeOf, taken: set[str], path: str | None,
+                 stacked: dict[str, list[str]]) -> None:
         self.node, self.path = node, path
         self.op = node.op_type
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -143,7 +195,7 @@ class _Layer:
         if not self.hidden:
             r_type = type_of(self.inp["R"])
             self.hidden = int(r_type[1][-1]) if r_type and r_type[1] else 0
-        self.em = _Emitter(node.name or node.output[0], taken, x_type[0])
+        self.em = _Emitter(node.name or node.output[0], taken, x_type[0], stacked)
         self.acts = self._activations()
         self._clip: tuple[str, str] | None = None
 

@@ -129,3 +129,41 @@ def test_a_symbolic_sequence_length_is_refused_with_the_fix():
     assert "sequence length" in str(err.value) and "--bind" in str(err.value)
     assert import_proto(_node_model("GRU", {}, x_shape=("seq", N, I)), bindings={"seq": T}).containers["Y"].shape \
         == (T, 1, N, H)
+
+
+def test_weights_packed_per_direction_are_read_as_their_pieces():
+    """Exporters pack a bidirectional layer's weights: ``Concat`` on axis 0 of ``Unsqueeze(·, [0])`` or of a
+    ``Reshape`` to (1, …). The unrolled layer reads the pieces themselves (no Split/Squeeze of the pack, nor
+    their gradients in a training step) and computes what onnxruntime computes on the packed model."""
+    import onnxruntime as ort
+
+    from codegen.numpy_ref.executor import run
+    g, f = GATES["GRU"], onnx.TensorProto.FLOAT
+    pieces = {n: rand(s, k).astype(np.float32) for k, (n, s) in enumerate(
+        [("Wf", (g * H, I)), ("Wb", (g * H, I)), ("Rf", (g * H, H)), ("Rb", (g * H, H))])}
+    inits = [onnx.numpy_helper.from_array(v, n) for n, v in pieces.items()]
+    inits += [onnx.numpy_helper.from_array(np.asarray(v, np.int64), n)
+              for n, v in (("zero", [0]), ("one_shape_w", [1, g * H, I]))]
+    nodes = [helper.make_node("Unsqueeze", ["Wf", "zero"], ["Wf1"]),
+             helper.make_node("Reshape", ["Wb", "one_shape_w"], ["Wb1"]),
+             helper.make_node("Concat", ["Wf1", "Wb1"], ["W"], axis=0),
+             helper.make_node("Unsqueeze", ["Rf", "zero"], ["Rf1"]),
+             helper.make_node("Unsqueeze", ["Rb", "zero"], ["Rb1"]),
+             helper.make_node("Concat", ["Rf1", "Rb1"], ["R"], axis=0),
+             helper.make_node("GRU", ["X", "W", "R"], ["Y"], name="layer", hidden_size=H,
+                              direction="bidirectional", linear_before_reset=1)]
+    proto = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", f, [T, N, I])],
+                                                [helper.make_tensor_value_info("Y", f, None)], inits),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    proto = onnx.shape_inference.infer_shapes(proto)        # value_info for W and R, as exporters write it
+    graph = import_proto(proto)
+    packs = {"W", "R"}
+    readers = [n for n in graph.nodes.values() if any(m is not None and m.container in packs for m in n.inputs)]
+    assert not readers, [n.id for n in readers]
+    packers = [n.id for n in graph.nodes.values() if {"W", "R", "Wf1", "Wb1", "Rf1", "Rb1"} & {m.container for m in
+                                                                                         n.outputs if m is not None}]
+    assert not packers, f"the unread packs are dropped: {packers}"
+    assert not {"W", "R", "Wf1", "Wb1", "Rf1", "Rb1"} & set(graph.containers), "and so are their values"
+    x = rand((T, N, I), 9).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    np.testing.assert_allclose(run(graph, {"X": x})["Y"], want, rtol=1e-5, atol=1e-6)
