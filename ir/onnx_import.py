@@ -91,7 +91,7 @@ def import_proto(model: ModelProto, *, path: str | None = None, bindings: Mappin
     _topo_sort(work, path)
     types, folded = infer_folding(work, opsets, lambda m: infer_types(m, opsets, path))
     if has_recurrent(work.graph):
-        expand_recurrent(work.graph, lambda n: _onnx_type(types.get(n)), path)
+        expand_recurrent(work.graph, lambda n: _onnx_type(types.get(n)), path, opset=opsets.get("", 17))
         _fold_constant_nodes(work, path)
         types, folded = infer_folding(work, opsets, lambda m: infer_types(m, opsets, path))
     g = Graph(name or work.graph.name or (Path(path).stem if path else "graph"))

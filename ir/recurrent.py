@@ -20,12 +20,11 @@ recipe need nothing recurrent-specific.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
-from onnx import GraphProto, NodeProto, TensorProto, helper, numpy_helper
+from onnx import GraphProto, NodeProto, helper, numpy_helper
 
 from ir.errors import GraphError, NodeRef, ShapeError, UnsupportedOpError
+from ir.recurrent_packs import Packs, TypeOf
 
 RECURRENT_OPS = ("RNN", "GRU", "LSTM")
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -37,7 +36,6 @@ _INPUTS = {"RNN": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
            "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
            "LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")}
 
-TypeOf = Callable[[str], "tuple[int, tuple | None] | None"]   # value name -> (ONNX elem type, shape)
 
 
 class RecurrentVariantError(UnsupportedOpError):
@@ -53,77 +51,34 @@ def has_recurrent(graph: GraphProto) -> bool:
     return any(n.op_type in RECURRENT_OPS and n.domain in ("", "ai.onnx") for n in graph.node)
 
 
-def expand_recurrent(graph: GraphProto, type_of: TypeOf, path: str | None = None) -> int:
+def expand_recurrent(graph: GraphProto, type_of: TypeOf, path: str | None = None, *, opset: int = 17,
+                     initializers=None) -> int:
     """Replace every RNN/GRU/LSTM node of ``graph`` by its unrolled ops, in place (topological order is
-    kept). Returns how many layers were expanded."""
+    kept). Returns how many layers were expanded. ``opset`` (the default domain's) and ``initializers``
+    (when kept outside ``graph``) let ``Packs`` read the constants of the weights' packing."""
     taken = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
     taken |= {o for n in graph.node for o in n.output} | {n.name for n in graph.node}
-    stacked, packers = _stacked(graph, type_of)
+    packs = Packs(graph, type_of, opset, initializers)
     nodes: list[NodeProto] = []
     count = 0
     for node in graph.node:
         if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
-        nodes.extend(_Layer(node, type_of, taken, path, stacked).expand())
+        nodes.extend(_Layer(node, type_of, taken, path, packs).expand())
         count += 1
     if count:
         del graph.node[:]
-        graph.node.extend(_without_unread(nodes, packers, {o.name for o in graph.output}))
+        graph.node.extend(packs.without_unread(nodes, {o.name for o in graph.output}))
     return count
-
-
-def _without_unread(nodes: list[NodeProto], packers: set[str], outputs: set[str]) -> list[NodeProto]:
-    """``nodes`` without the packing nodes (their output in ``packers``) that nothing reads any more, the
-    layers having read their pieces: dead code, which would still cost its bytes in the forward pass."""
-    while True:
-        read = outputs | {i for n in nodes for i in n.input}
-        dead = {n.output[0] for n in nodes if n.output and n.output[0] in packers and n.output[0] not in read}
-        if not dead:
-            return nodes
-        nodes = [n for n in nodes if not (n.output and n.output[0] in dead)]
-
-
-def _stacked(graph: GraphProto, type_of: TypeOf) -> tuple[dict[str, list[str]], set[str]]:
-    """Values that stack others along a new leading axis, with what they stack: ``Concat`` on axis 0 of
-    ``Unsqueeze(·, [0])`` or ``Reshape`` to ``(1, *shape)`` views (how exporters pack a bidirectional layer's
-    weights), and such a view alone. ``per_direction`` then reads the pieces instead of splitting the pack
-    again: a ``Split`` and ``Squeeze`` per weight in the forward, and their gradients in the backward.
-    Also the output of every packing node (``_without_unread`` drops those left unread)."""
-    ints = {t.name: numpy_helper.to_array(t) for t in graph.initializer
-            if t.data_type == TensorProto.INT64 and len(t.dims) <= 1}
-    for n in graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            ints[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    views: dict[str, str] = {}
-    packers: set[str] = set()
-    for n in graph.node:
-        if n.op_type == "Unsqueeze" and len(n.input) >= 1:
-            axes = ([int(a) for a in helper.get_attribute_value(n.attribute[0])] if n.attribute else
-                    [int(a) for a in np.asarray(ints.get(n.input[1], [])).reshape(-1)] if len(n.input) > 1 else [])
-            if axes == [0]:
-                views[n.output[0]] = n.input[0]
-                packers.add(n.output[0])
-        elif n.op_type == "Reshape":
-            src, out = type_of(n.input[0]), type_of(n.output[0])
-            if src and out and src[1] is not None and out[1] is not None and tuple(out[1]) == (1, *src[1]):
-                views[n.output[0]] = n.input[0]
-                packers.add(n.output[0])
-    stacked = {name: [src] for name, src in views.items()}
-    for n in graph.node:
-        axis = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"), None)
-        if n.op_type == "Concat" and axis == 0 and n.input and all(i in views for i in n.input):
-            stacked[n.output[0]] = [views[i] for i in n.input]
-            packers.add(n.output[0])
-    return stacked, packers
 
 
 class _Emitter:
     """Appends ONNX nodes with fresh names under the layer's scope."""
 
-    def __init__(self, scope: str, taken: set[str], elem: int, stacked: dict[str, list[str]]) -> None:
+    def __init__(self, scope: str, taken: set[str], elem: int, packs: Packs) -> None:
         self.scope, self.taken, self.elem, self.nodes = scope, taken, elem, []
-        self.stacked = stacked
+        self.packs = packs
 
     def fresh(self, stem: str) -> str:
         k, name = 0, f"{self.scope}/{stem}"
@@ -163,16 +118,16 @@ class _Emitter:
 
     def per_direction(self, x: str, d: int) -> list[str]:
         """Split a [D, ...] value into D values without the leading axis (the stacked pieces themselves
-        when ``x`` is a stack of D, ``_stacked``)."""
-        pieces = self.stacked.get(x)
-        if pieces is not None and len(pieces) == d:
-            return list(pieces)
+        when ``x`` is a stack of D, ``Packs.per_direction``)."""
+        pieces = self.packs.per_direction(x, d)
+        if pieces is not None:
+            return pieces
         return [self.squeeze(p, 0) for p in self.split(x, [1] * d, 0)]
 
 
 class _Layer:
     def __init__(self, node: NodeProto, type_of: TypeOf, taken: set[str], path: str | None,
-                 stacked: dict[str, list[str]]) -> None:
+                 packs: Packs) -> None:
         self.node, self.path = node, path
         self.op = node.op_type
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -195,7 +150,7 @@ class _Layer:
         if not self.hidden:
             r_type = type_of(self.inp["R"])
             self.hidden = int(r_type[1][-1]) if r_type and r_type[1] else 0
-        self.em = _Emitter(node.name or node.output[0], taken, x_type[0], stacked)
+        self.em = _Emitter(node.name or node.output[0], taken, x_type[0], packs)
         self.acts = self._activations()
         self._clip: tuple[str, str] | None = None
 
@@ -284,10 +239,14 @@ class _Layer:
 
     def _direction(self, k, x, w, r, bias, peep, h, c, masks, reverse):
         em, gh = self.em, GATES[self.op] * self.hidden
-        proj = em.op("MatMul", x, em.op("Transpose", w, perm=[1, 0]))
-        rb = None
+        wb = rb = None
         if bias is not None:
-            wb, rb = em.split(bias, [gh, gh], 0)
+            wb, rb = em.packs.halves(bias, gh) or em.split(bias, [gh, gh], 0)
+        w, wb, self._x_order = self._unpacked(w, wb)
+        split_r = self.op == "GRU" and not int(self.attrs.get("linear_before_reset", 0))
+        r, rb, self._h_order = self._unpacked(r, rb, allowed=not split_r)   # that GRU splits R's rows 2:1
+        proj = em.op("MatMul", x, em.op("Transpose", w, perm=[1, 0]))
+        if wb is not None:
             proj = em.op("Add", proj, wb)
         rows = [em.squeeze(p, 0) for p in em.split(proj, [1] * self.steps, 0)]
         rt = em.op("Transpose", r, perm=[1, 0])
@@ -315,6 +274,23 @@ class _Layer:
         steps = [ys[t] for t in range(self.steps)]
         return em.op("Concat", *steps, axis=0) if len(steps) > 1 else steps[0], h, c
 
+    def _unpacked(self, weight: str, bias: str | None, allowed: bool = True):
+        """``(weight, bias, order)``: the tensor a reordered weight (and its bias, reordered alike) slices
+        and the gate order (``Packs.gate_blocks``), or the arguments as given in the ONNX order."""
+        identity = tuple(range(GATES[self.op]))
+        got = self.em.packs.gate_blocks(weight, self.hidden) if allowed else None
+        if got is None:
+            return weight, bias, identity
+        bias_got = self.em.packs.gate_blocks(bias, self.hidden) if bias is not None else (None, got[1])
+        if bias_got is None or bias_got[1] != got[1]:
+            return weight, bias, identity
+        return got[0], bias_got[0], got[1]
+
+    def _gates(self, value: str, axis: int, order: tuple[int, ...]) -> list[str]:
+        """``value``'s gate pre-activations in the ONNX order, from blocks laid out in ``order``."""
+        parts = self.em.split(value, [self.hidden] * GATES[self.op], axis)
+        return [parts[o] for o in order]
+
     def _recurrent(self, rt: str, rb: str | None, h: str | None) -> str | None:
         """``H @ R^T + Rb`` (all gates at once), ``Rb`` alone at a zero state, None if neither."""
         if h is None:
@@ -341,11 +317,11 @@ class _Layer:
         math reads GEMM outputs and fuses into one map."""
         em, n = self.em, self.hidden
         f, g = self.acts[k]
-        x_z, x_r, x_h = em.split(row, [n] * 3, 1)
+        x_z, x_r, x_h = self._gates(row, 1, self._x_order)
         before_reset = int(self.attrs.get("linear_before_reset", 0))
         if before_reset:                   # r * (H @ Rh^T + Rbh): all three gates in one GEMM
             hr = self._recurrent(rt, rb, h)
-            h_z, h_r, h_h = em.split(hr, [n] * 3, -1) if hr is not None else (None,) * 3
+            h_z, h_r, h_h = self._gates(hr, -1, self._h_order) if hr is not None else (None,) * 3
         else:                              # (r * H) @ Rh^T + Rbh: the candidate's GEMM waits for r
             rt_zr, rt_h = em.split(rt, [2 * n, n], 1)
             rb_zr, rb_h = em.split(rb, [2 * n, n], 0) if rb is not None else (None, None)
@@ -366,7 +342,8 @@ class _Layer:
         f, g, act_h = self.acts[k]
         pi, po, pf = peep
         hr = self._recurrent(rt, rb, h)
-        parts = zip(em.split(row, [n] * 4, 1), em.split(hr, [n] * 4, -1) if hr is not None else [None] * 4)
+        parts = zip(self._gates(row, 1, self._x_order),
+                    self._gates(hr, -1, self._h_order) if hr is not None else [None] * 4)
         i_pre, o_pre, f_pre, c_pre = (self._add(x, y) for x, y in parts)
         if pi is not None and c is not None:
             i_pre = em.op("Add", i_pre, em.op("Mul", pi, c))

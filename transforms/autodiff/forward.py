@@ -91,7 +91,7 @@ def prepare_forward(model: ModelProto, options: TrainingOptions) -> Forward:
     work.graph.output.extend(g.output)
     types = _infer_types(work, inits)
     if has_recurrent(work.graph):
-        expand_recurrent(work.graph, types.get)
+        expand_recurrent(work.graph, types.get, opset=opset, initializers=inits)
         types = _infer_types(work, inits)
     data = [vi for vi in g.input if vi.name not in inits]
     return Forward(work, list(work.graph.node), opset, types, data, inits, prediction)

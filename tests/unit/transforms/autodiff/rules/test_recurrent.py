@@ -167,3 +167,71 @@ def test_weights_packed_per_direction_are_read_as_their_pieces():
     x = rand((T, N, I), 9).astype(np.float32)
     want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
     np.testing.assert_allclose(run(graph, {"X": x})["Y"], want, rtol=1e-5, atol=1e-6)
+
+
+def _reordered_model(op: str, attrs: dict, shape_bounds: bool = False) -> onnx.ModelProto:
+    """A bidirectional layer packed as the TorchScript exporter packs ``nn.GRU``/``nn.LSTM``: per direction and
+    projection, PyTorch's tensor (its gate order) sliced gate by gate into the ONNX order, concatenated, and
+    stacked; the bias as the input and the recurrent bias, each reordered alike, concatenated. ``shape_bounds``:
+    the Slice bounds computed from the tensor's ``Shape``, as the dynamo exporter writes them."""
+    g, f = GATES[op], onnx.TensorProto.FLOAT
+    onnx_from_torch = [TORCH_ORDER[op].index(k) for k in range(g)]     # ONNX gate j = PyTorch block order[j]
+    inits, nodes, stacks = [], [], {"W": [], "R": [], "B": []}
+
+    def reordered(src: str, name: str) -> str:
+        parts = []
+        for j, block in enumerate(onnx_from_torch):
+            bounds = [onnx.numpy_helper.from_array(np.asarray([v], np.int64), f"{name}.slice{j}.{e}")
+                      for e, v in (("s", block * H), ("e", (block + 1) * H), ("a", 0))]
+            inits.extend(bounds)
+            names = [b.name for b in bounds]
+            if shape_bounds:                     # start = Shape(src)[0] / g * block (and end alike)
+                nodes.append(helper.make_node("Shape", [src], [f"{name}.len{j}"], start=0, end=1))
+                for e, k in (("s", 0), ("e", 1)):
+                    per_gate, bound = f"{name}.h{j}{e}", f"{name}.{j}{e}"
+                    nodes.extend([helper.make_node("Div", [f"{name}.len{j}", "gates"], [per_gate]),
+                                  helper.make_node("Mul", [per_gate, f"block{block + k}"], [bound])])
+                names[:2] = [f"{name}.{j}s", f"{name}.{j}e"]
+            nodes.append(helper.make_node("Slice", [src] + names, [f"{name}.slice{j}"]))
+            parts.append(f"{name}.slice{j}")
+        nodes.append(helper.make_node("Concat", parts, [name], axis=0))
+        return name
+
+    for d in range(2):
+        for key, shape in (("W", (g * H, I)), ("R", (g * H, H)), ("Bw", (g * H,)), ("Br", (g * H,))):
+            inits.append(onnx.numpy_helper.from_array(rand(shape, 10 * d + len(inits)).astype(np.float32),
+                                                      f"t_{key}{d}"))
+        packed = {key: reordered(f"t_{key}{d}", f"{key}{d}") for key in ("W", "R", "Bw", "Br")}
+        nodes.append(helper.make_node("Concat", [packed["Bw"], packed["Br"]], [f"B{d}"], axis=0))
+        for key, value in (("W", packed["W"]), ("R", packed["R"]), ("B", f"B{d}")):
+            nodes.append(helper.make_node("Unsqueeze", [value, "zero"], [f"{key}{d}.stacked"]))
+            stacks[key].append(f"{key}{d}.stacked")
+    inits.append(onnx.numpy_helper.from_array(np.asarray([0], np.int64), "zero"))
+    inits.append(onnx.numpy_helper.from_array(np.asarray([g], np.int64), "gates"))
+    inits += [onnx.numpy_helper.from_array(np.asarray([k], np.int64), f"block{k}") for k in range(g + 1)]
+    nodes += [helper.make_node("Concat", parts, [key], axis=0) for key, parts in stacks.items()]
+    nodes.append(helper.make_node(op, ["X", "W", "R", "B"], ["Y"], name="layer", hidden_size=H,
+                                  direction="bidirectional", **attrs))
+    return helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", f, [T, N, I])],
+                                               [helper.make_tensor_value_info("Y", f, None)], inits),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("op,attrs,slices_left,shape_bounds", [
+    ("GRU", {"linear_before_reset": 1}, 0, False), ("LSTM", {}, 0, False), ("GRU", {}, 2 * 2 * 3, False),
+    ("LSTM", {}, 0, True)])
+def test_weights_reordered_gate_by_gate_are_read_unsliced(op, attrs, slices_left, shape_bounds):
+    """Gate-reordered weights (``_reordered_model``): the GEMMs run on PyTorch's tensors and the unrolling takes
+    their gates in PyTorch's order, with no Slice left, and computes what onnxruntime computes, also with the
+    bounds computed from shapes. A GRU with ``linear_before_reset=0`` splits R's rows 2:1, so its R and
+    recurrent bias stay packed (12 Slices)."""
+    import onnxruntime as ort
+
+    from codegen.numpy_ref.executor import run
+    proto = _reordered_model(op, attrs, shape_bounds)
+    graph = import_proto(proto)
+    slices = [n.id for n in graph.nodes.values() if n.op_type == "Slice"]
+    assert len(slices) == slices_left, slices
+    x = rand((T, N, I), 9).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    np.testing.assert_allclose(run(graph, {"X": x})["Y"], want, rtol=1e-5, atol=1e-6)
