@@ -96,8 +96,15 @@ def lifetimes(graph: Graph, order: Sequence[ComputeNode] | None = None) -> dict[
 def is_plannable(graph: Graph, name: str) -> bool:
     """Transients that are not graph inputs/outputs/initializers may share buffers."""
     c = graph.containers.get(name)
-    return (c is not None and c.role is Role.TRANSIENT and name not in graph.outputs
-            and name not in graph.inputs and name not in graph.values)
+    return (c is not None and c.role is Role.TRANSIENT and name not in graph.values
+            and not _is_interface(graph, name))
+
+
+def _is_interface(graph: Graph, name: str) -> bool:
+    """``name`` is a graph input or output (a set of them is kept while ``graph`` is held)."""
+    if not _is_held(graph):
+        return name in graph.outputs or name in graph.inputs
+    return name in _once(graph, "interface", lambda: frozenset(graph.inputs + graph.outputs))
 
 
 # --- the recorded table ------------------------------------------------------------------
@@ -345,16 +352,37 @@ def holding(graph: Graph) -> Iterator[None]:
         _held.reset(token)
 
 
+_alias: ContextVar[Graph | None] = ContextVar("ir_memory_alias", default=None)
+
+
+@contextmanager
+def same_as(copy: Graph, original: Graph) -> Iterator[None]:
+    """While this block runs (in this thread), ``copy`` — a clone of ``original`` not edited yet (a trial
+    rewrite's copy, before its rewrite) — shares the analyses held for ``original`` (see ``holding``).
+    Nothing is shared when ``original`` is not held. The caller promises ``copy`` is not edited inside."""
+    held = _held.get()
+    token = _alias.set(copy if held is not None and held[0] is original else None)
+    try:
+        yield
+    finally:
+        _alias.reset(token)
+
+
 def sharing(graph: Graph) -> Sharing:
     """``Sharing(graph)``, or the one already built for ``graph`` inside ``holding(graph)``."""
     return _once(graph, "sharing", lambda: Sharing(graph))
 
 
+def _is_held(graph: Graph) -> bool:
+    held = _held.get()
+    return held is not None and (held[0] is graph or _alias.get() is graph)
+
+
 def _once(graph: Graph, what: str, make):
     """``make()``, kept under ``what`` while ``graph`` is held (see ``holding``)."""
-    held = _held.get()
-    if held is None or held[0] is not graph:
+    if not _is_held(graph):
         return make()
+    held = _held.get()
     if what not in held[1]:
         held[1][what] = make()
     return held[1][what]

@@ -95,6 +95,7 @@ class Transformation:
     name: ClassVar[str] = ""
     level: ClassVar[int] = 0
     tolerance: ClassVar[float] = 1e-4   # how far outputs may move (relative); lossy rewrites raise it
+    moves_bytes: ClassVar[bool] = True     # False: no rewrite changes any kernel's figures (its Δ is zero)
     local_matches: ClassVar[bool] = True   # matches depend only on their anchors' neighbourhood
                                            # (``transforms.match_index``); False: re-match all after edits
 
@@ -113,6 +114,10 @@ class Transformation:
         """``check``, plus what it computed that the rewrite can reuse (one plan per match: a
         planned fusion's built kernel); ``engine.apply`` hands it to ``rewrite_prepared``."""
         return self.check(graph, match), None
+
+    def affected_prepared(self, graph: Graph, match: Match, prepared: Any) -> tuple[str, ...]:
+        """``affected`` given what ``prepare`` returned on this same graph (default: ignores it)."""
+        return self.affected(graph, match)
 
     def rewrite_prepared(self, graph: Graph, match: Match, step: int, prepared: Any) -> Touched:
         """``rewrite`` given what ``prepare`` returned on this same graph (default: ignores it)."""

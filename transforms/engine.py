@@ -17,9 +17,11 @@ compares two whole graphs node by node (for comparing session states).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Iterable
 
+from ir import memory
 from ir.errors import GraphError, MatchFailure, PostconditionError, StudioError
 from ir.graph import Graph
 from ir.movement import Estimate, kernel_estimate
@@ -33,17 +35,22 @@ def _figures(graph: Graph, ids: Iterable[str]) -> dict[str, Estimate]:
 
 
 def apply(graph: Graph, t: Transformation, match: Match, step: int = 0, *,
-          check_verify: bool = True, backup: bool = True) -> Application:
+          check_verify: bool = True, backup: bool = True, figures: bool = True,
+          copy_of: Graph | None = None) -> Application:
     """Apply ``t`` at ``match`` in place; return the Application (see module docstring).
-    ``backup=False`` skips the rollback copy, for callers that work on a throw-away clone."""
-    res, prepared = t.prepare(graph, match)
+    ``backup=False`` skips the rollback copy, for callers that work on a throw-away clone;
+    ``figures=False`` skips the transformation's own figures (peak memory before and after: a
+    whole-graph analysis each), for callers that want only the Δ-estimate (ranking). ``copy_of``: ``graph``
+    is an unedited copy of that graph, whose held analyses (``ir.memory.holding``) the check may read."""
+    with memory.same_as(graph, copy_of) if copy_of is not None else nullcontext():
+        res, prepared = t.prepare(graph, match)
+        affected = tuple(dict.fromkeys(t.affected_prepared(graph, match, prepared))) if res.ok else ()
     if not res.ok:
         node = graph.nodes.get(res.nodes[0]) if res.nodes else None
         raise MatchFailure(f"{t.name} does not apply: {res.reason}", node, graph)
-    affected = tuple(dict.fromkeys(t.affected(graph, match)))
     before = _figures(graph, affected)
     written = {m.container for i in affected if i in graph.nodes for m in graph.nodes[i].outputs if m is not None}
-    reports_figures = type(t).figures is not Transformation.figures   # needs the graph before the rewrite
+    reports_figures = figures and type(t).figures is not Transformation.figures   # needs the graph before
     # the rollback copy is whole (a faulty rewrite may edit a node outside ``affected`` in place); a copy
     # only for ``figures`` shares the nodes outside it (a rewrite replaces containers, never edits them)
     saved = graph.clone() if backup else graph.clone_sharing(affected) if reports_figures else None
@@ -108,12 +115,12 @@ def diff(before: Graph, after: Graph) -> tuple[tuple[str, ...], tuple[str, ...],
     return added, removed, changed
 
 
-def trial(graph: Graph, t: Transformation, match: Match) -> tuple[Application, Graph]:
+def trial(graph: Graph, t: Transformation, match: Match, *, figures: bool = True) -> tuple[Application, Graph]:
     """Apply to a copy that shares every node the rewrite cannot touch (``Graph.clone_sharing``
     over ``affected``); ``graph`` is untouched. The Application and the copy: the cost is the
     rewrite plus a copy of the graph's indexes, not a copy of every node."""
     work = graph.clone_sharing(t.affected(graph, match))
-    return apply(work, t, match, backup=False), work
+    return apply(work, t, match, backup=False, figures=figures, copy_of=graph), work
 
 
 def preview(graph: Graph, t: Transformation, match: Match) -> Diff:
@@ -124,17 +131,26 @@ def preview(graph: Graph, t: Transformation, match: Match) -> Diff:
 
 @dataclass(frozen=True)
 class Ranked:
-    """A match with its check result and predicted Δ (None when the check fails)."""
+    """A match with its check result and predicted Δ (None when the check fails). ``copies``: the
+    same match in the layers structurally equal to this one's (``MatchIndex.classes``), listed as
+    one row "× N" whose Δ is this match's, per layer."""
 
     transformation: Transformation
     match: Match
     ok: bool
     reason: str
     delta: Estimate | None
+    copies: tuple[Match, ...] = ()
 
     @property
     def bytes_saved(self) -> int:
+        """Bytes saved by this match alone."""
         return -self.delta.bytes if self.delta is not None else 0
+
+    @property
+    def total_saved(self) -> int:
+        """Bytes saved by this match and its copies in the equal layers."""
+        return self.bytes_saved * (1 + len(self.copies))
 
 
 def ranked(graph: Graph, candidates: Iterable[tuple[Transformation, Match]], *,
@@ -145,16 +161,19 @@ def ranked(graph: Graph, candidates: Iterable[tuple[Transformation, Match]], *,
 
 
 def rank_key(r: Ranked):
-    return (not r.ok, -r.bytes_saved, r.transformation.name, r.match.anchors)
+    return (not r.ok, -r.total_saved, r.transformation.name, r.match.anchors)
 
 
 def rank_one(graph: Graph, t: Transformation, m: Match, predict: bool = True) -> Ranked:
-    """One candidate's check and (``predict``) predicted Δ: one check, one rewrite on a sharing copy."""
-    if not predict:
+    """One candidate's check and (``predict``) predicted Δ: one check, one rewrite on a sharing copy
+    (without the transformation's figures: the ranking reads the Δ only). A transformation that never
+    changes what kernels move (``moves_bytes`` false: buffer sharing) is predicted from its check alone:
+    its Δ is zero."""
+    if not predict or not t.moves_bytes:
         res = t.check(graph, m)
-        return Ranked(t, m, res.ok, res.reason, None)
+        return Ranked(t, m, res.ok, res.reason, Estimate() if predict and res.ok else None)
     try:
-        return Ranked(t, m, True, "", trial(graph, t, m)[0].delta)
+        return Ranked(t, m, True, "", trial(graph, t, m, figures=False)[0].delta)
     except MatchFailure as e:
         return Ranked(t, m, False, _reason(e), None)
     except StudioError as e:

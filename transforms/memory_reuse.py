@@ -130,6 +130,7 @@ class MemoryReuse(Transformation):
     second: str = ""
 
     local_matches: ClassVar[bool] = False   # buffer sharing depends on every lifetime in the schedule
+    moves_bytes: ClassVar[bool] = False     # kernels read and write the same bytes, only where differs
 
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
         if self.first or self.second:
@@ -192,6 +193,8 @@ class MemoryReuse(Transformation):
         return _join(table, x, y)
 
     def check(self, graph: Graph, match: Match) -> MatchResult:
+        if not (match.anchors or self.first or self.second) and _disjoint_pair(memory.sharing(graph)):
+            return OK                  # the greedy plan places the later of two such transients with the other
         plan = self._plan(graph, match)
         return plan if isinstance(plan, MatchResult) else OK
 
@@ -210,6 +213,19 @@ class MemoryReuse(Transformation):
         return {"peak_before": memory.peak_bytes(before), "peak_after": memory.peak_bytes(after),
                 "arena_before": memory.arena_bytes(before), "arena_after": memory.arena_bytes(after),
                 "buffers": len(table), "shared_containers": sum(len(ms) for ms in table.values())}
+
+
+def _disjoint_pair(sh: Sharing) -> bool:
+    """Whether two plannable transients in no buffer yet have disjoint lifetimes (one dies before the
+    other is born): then the whole-graph plan differs from the recorded one. A linear test; the plan
+    itself compares every transient with every buffer."""
+    placed = {c for ms in memory.read_buffers(sh.graph).values() for c in ms}
+    free = [life for name, life in sh.lives.items() if name not in placed and memory.is_plannable(sh.graph, name)]
+    if len(free) < 2:
+        return False
+    first_end = min(free, key=lambda life: life.end)
+    last_start = max(free, key=lambda life: life.start)
+    return first_end is not last_start and first_end.end < last_start.start
 
 
 def _inplace_candidate(sh: Sharing, node, owner: dict[str, str]) -> bool:

@@ -69,6 +69,7 @@ class _Plan:
     consumer: ComputeNode
     targets: tuple[str, ...]            # outputs of the producer that the consumer reads
     readers: tuple[ComputeNode, ...]    # the consumer and every later reader of the targets
+    lives: dict                         # the lifetimes the plan read (``ir.memory.lifetimes``)
 
 
 @register
@@ -144,7 +145,7 @@ class Recompute(Transformation):
         order = graph.topo_order()
         pos = {n.id: k for k, n in enumerate(order)}
         readers = {r.id: r for t in targets for r in graph.consumers(t) if pos[r.id] >= pos[c.id]}
-        return _Plan(p, c, targets, tuple(sorted(readers.values(), key=lambda r: pos[r.id])))
+        return _Plan(p, c, targets, tuple(sorted(readers.values(), key=lambda r: pos[r.id])), memory.lifetimes(graph))
 
     def _placement(self, graph: Graph, p: ComputeNode, c: ComputeNode) -> str | None:
         if not has_loss(graph):
@@ -159,22 +160,30 @@ class Recompute(Transformation):
         return None
 
     def check(self, graph: Graph, match: Match) -> MatchResult:
+        return self.prepare(graph, match)[0]
+
+    def prepare(self, graph: Graph, match: Match) -> tuple[MatchResult, _Plan | None]:
         plan = self._plan(graph, match)
-        return plan if isinstance(plan, MatchResult) else OK
+        return (plan, None) if isinstance(plan, MatchResult) else (OK, plan)
 
     def affected(self, graph: Graph, match: Match) -> tuple[str, ...]:
-        plan = self._plan(graph, match)
-        if isinstance(plan, MatchResult):
+        return self.affected_prepared(graph, match, self.prepare(graph, match)[1])
+
+    def affected_prepared(self, graph: Graph, match: Match, prepared: _Plan | None) -> tuple[str, ...]:
+        if prepared is None:
             return match.anchors
-        return (plan.producer.id,) + tuple(r.id for r in plan.readers)
+        return (prepared.producer.id,) + tuple(r.id for r in prepared.readers)
 
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        plan = self._plan(graph, match)
-        if isinstance(plan, MatchResult):
-            raise ValueError(plan.reason)
+        res, plan = self.prepare(graph, match)
+        if plan is None:
+            raise ValueError(res.reason)
+        return self.rewrite_prepared(graph, match, step, plan)
+
+    def rewrite_prepared(self, graph: Graph, match: Match, step: int, plan: _Plan) -> Touched:
         p, c = plan.producer, plan.consumer
         renames = {t: _fresh_container(graph, t) for t in plan.targets}
-        clone = _clone(graph, p, renames, graph.topo_order().index(c))
+        clone = _clone(graph, p, renames, graph.topo_order().index(c), plan.lives)
         clone.provenance = (self.name, step)
         graph.add_node(clone, before=c.id)
         for r in plan.readers:
@@ -205,7 +214,7 @@ def _fresh_container(graph: Graph, name: str) -> str:
     return new
 
 
-def _clone(graph: Graph, p: ComputeNode, renames: dict[str, str], at: int) -> ComputeNode:
+def _clone(graph: Graph, p: ComputeNode, renames: dict[str, str], at: int, lives: dict) -> ComputeNode:
     """A copy of ``p`` computing only ``renames``' keys, written to their new names."""
     new_id = graph.ids.claim(f"{p.id}/recompute")
     if isinstance(p, OpNode):
@@ -219,7 +228,7 @@ def _clone(graph: Graph, p: ComputeNode, renames: dict[str, str], at: int) -> Co
                 outs.append(Memlet(_fresh_container(graph, m.container)))
         return OpNode(new_id, p.op_type, list(p.inputs), outs, domain=p.domain, attrs=dict(p.attrs),
                       impl=p.impl, opset=p.opset, name=new_id)
-    work = _slice(graph, p, set(renames), at)
+    work = _slice(graph, p, set(renames), at, lives)
     work.id, work.name, work.label = new_id, new_id, f"{p.label}/recompute"
     extra = sorted(set(work.output_names()) - set(renames))   # outputs p reads back itself
     renames = {**renames, **{g: _fresh_container(graph, g) for g in extra}}
@@ -227,11 +236,11 @@ def _clone(graph: Graph, p: ComputeNode, renames: dict[str, str], at: int) -> Co
     return finalize(work, graph)
 
 
-def _slice(graph: Graph, p: MapNode, targets: set[str], at: int) -> MapNode:
-    """A copy of map ``p`` computing only ``targets`` at schedule position ``at`` (not in the graph)."""
+def _slice(graph: Graph, p: MapNode, targets: set[str], at: int, lives: dict) -> MapNode:
+    """A copy of map ``p`` computing only ``targets`` at schedule position ``at`` (not in the graph), given
+    the graph's lifetimes."""
     work = copy.deepcopy(p)
     keep = targets | (kernel_reads(p) & set(p.output_names()))
-    lives = memory.lifetimes(graph)
     prefer_stored(work, lambda g: g in lives and lives[g].end >= at and g not in keep)
     drop_writes(work, keep=keep)
     return finalize(work, graph)
@@ -240,8 +249,8 @@ def _slice(graph: Graph, p: MapNode, targets: set[str], at: int) -> MapNode:
 def _kept_alive(graph: Graph, p: ComputeNode, c: ComputeNode, targets: tuple[str, ...]) -> str | None:
     """Why recomputing is not worth it: the clone keeps more input bytes alive than it frees."""
     at = graph.topo_order().index(c)
-    reads = p.input_names() if isinstance(p, OpNode) else _slice(graph, p, set(targets), at).input_names()
     lives = memory.lifetimes(graph)
+    reads = p.input_names() if isinstance(p, OpNode) else _slice(graph, p, set(targets), at, lives).input_names()
     own = set(p.output_names())                # read back by the clone from its own copies
     longer = [n for n in dict.fromkeys(reads) if n is not None and n not in own and lives[n].end < at]
     cost, freed = sum(lives[n].nbytes for n in longer), sum(lives[t].nbytes for t in targets)

@@ -8,9 +8,10 @@ from typing import ClassVar
 import pytest
 from onnx import helper
 
+from ir import lowering
 from ir.errors import MatchFailure, PostconditionError, StudioError
 from ir.memlet import Memlet
-from ir.onnx_import import import_proto
+from ir.onnx_import import import_model, import_proto
 from ir.serialize import graph_hash
 from tests.unit.ir.onnx_models import model, vi
 from transforms import TRANSFORMATION_MODULES, engine
@@ -90,3 +91,16 @@ def test_registry_rules():
     with pytest.raises(ValueError, match="file stem"):
         register(BreaksGraph)
     assert issubclass(UnknownTransformation, StudioError)
+
+
+def test_ranking_trials_skip_the_transformations_figures():
+    """A ranking reads the Δ only: its trial leaves out the peak-memory figures (a whole-graph analysis
+    each), and its Δ is the full apply's."""
+    g = import_model("resources/examples/bert_layer_base_train.onnx")
+    lowering.expand_all(g)
+    t = create("recompute")
+    m = next(m for m in t.matches(g) if t.check(g, m).ok)
+    full, _ = engine.trial(g, t, m)
+    quick, _ = engine.trial(g, t, m, figures=False)
+    assert set(full.extra) >= {"peak_before", "peak_after"} and quick.extra == {}
+    assert engine.rank_one(g, t, m).delta == quick.delta == full.delta

@@ -5,6 +5,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from ir import lowering, memory
+from ir.movement import Estimate
 from ir.onnx_import import import_model, import_proto
 from ir.serialize import dumps, loads
 from ir.verify import verify
@@ -153,3 +154,40 @@ def test_bert_inplace_reshape():
     assert node in {m.anchors[0] for m in t.matches(g) if m.anchors}
     app = engine.apply(g, t, t.match(node))
     assert app.extra["peak_before"] - 8 * 128 * 3072 * F32 <= app.extra["peak_after"] < app.extra["peak_before"]
+
+
+def test_ranking_predicts_a_zero_delta_from_the_check_alone():
+    """``moves_bytes`` is false: every rewrite leaves each kernel's figures as they were (the trial's Δ is
+    zero), so ranking takes the check's verdict with a zero Δ instead of a trial rewrite."""
+    g = import_model(BERT)
+    lowering.expand_all(g)
+    t = create("memory_reuse")
+    assert not t.moves_bytes
+    ranked = 0
+    for m in list(t.matches(g))[:40]:
+        r = engine.rank_one(g, t, m)
+        assert r.ok == t.check(g, m).ok
+        if r.ok:
+            app, _ = engine.trial(g, t, m)
+            assert app.delta == r.delta == Estimate() and app.extra["peak_after"] <= app.extra["peak_before"]
+            ranked += 1
+    assert ranked >= 2
+
+
+def test_whole_graph_check_agrees_with_the_plan():
+    """The whole-graph match's quick check (two free transients with disjoint lifetimes) says what comparing
+    the greedy plan with the recorded one says: before planning, after planning, and on small chains."""
+    t = create("memory_reuse")
+    bert = import_model(BERT)
+    lowering.expand_all(bert)
+    graphs = [_inplace_chain(), _mixed_chain(), bert]
+    planned = bert.clone()
+    engine.apply(planned, t, t.match())
+    graphs.append(planned)
+    verdicts = []
+    for g in graphs:
+        m = t.match()
+        plan = t._plan(g, m)
+        verdicts.append(t.check(g, m).ok)
+        assert verdicts[-1] == (not hasattr(plan, "reason")), plan
+    assert verdicts[2] and not verdicts[3]
