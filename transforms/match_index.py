@@ -16,7 +16,9 @@ app)`` derives the index of the graph after an ``Application`` from the one befo
 - transformations whose matches are not local (``Transformation.local_matches`` false:
   a match anchored on one kernel that depends on kernels far away, such as buffer reuse
   and recomputation) are re-matched on the whole graph, lazily, when the whole graph's
-  candidates are next listed; they are never listed for a selection or a viewport;
+  candidates are next listed; they are never listed for a selection or a viewport. A match
+  found again keeps its ranking unless the rewrite's neighbourhood dropped it, like a local one
+  (its check reads lifetimes far away, and runs again when the match is applied);
 - a rewrite that changes no kernel (a graph-level edit) re-matches everything.
 
 The result is the same candidate set a full re-match finds (tested on random apply
@@ -31,9 +33,13 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
+from dataclasses import replace
+
 from ir.graph import Graph
+from ir.movement import Estimate
 from transforms import engine
 from transforms.base import Application, Match, Transformation
+from transforms.layers import Family, layer_hash, layer_of, layers
 from transforms.registry import TRANSFORMATIONS
 
 Key = tuple  # (transformation name, repr of the instance, anchors)
@@ -88,7 +94,13 @@ class MatchIndex:
         self._ranked: dict[Key, engine.Ranked] = {}
         self._watch: dict[str, frozenset[Key]] = {}    # kernel id -> rankings that read it
         self._dirty: set[Transformation] = set()       # graph-wide ones to match on the next full listing
+        self._kept_wide: dict[Key, engine.Ranked] = {}  # their rankings from before, for the matches found again
         self._graph_wide = {(t.name, repr(t)) for t in self.instances if not t.local_matches}
+        self._layers: dict[Family, dict[int, list[str]]] | None = None   # layers(graph), when first asked
+        self._hashes: dict[tuple[Family, int], str] = {}                  # layer -> structural hash
+        # class -> (a member's ranking or check, its layer's family and index, what the ranking read or None)
+        self._classes: dict[tuple, tuple[engine.Ranked, Family, int, tuple[str, ...] | None]] = {}
+        self._checked: dict[Key, engine.Ranked] = {}      # check verdicts whose Δ is not predicted yet
         if not _empty:
             for t in self.instances:
                 self._find(t, None)
@@ -99,6 +111,8 @@ class MatchIndex:
             k = key_of(t, m)
             if k not in self._cands:
                 self._cands[k] = (t, m)
+                if k in self._kept_wide:
+                    self._ranked[k] = self._kept_wide.pop(k)
                 for a in m.anchors:
                     self._by_node[a] = self._by_node.get(a, frozenset()) | {k}
 
@@ -122,14 +136,16 @@ class MatchIndex:
         new._cands, new._by_node = dict(self._cands), dict(self._by_node)
         new._ranked, new._watch = dict(self._ranked), dict(self._watch)
         hood = neighbourhood(self.graph, graph, app)
+        touched = {layer_of(i) for i in hood}
+        new._hashes = {k: h for k, h in self._hashes.items() if k not in touched}
         stale: set[Key] = set()
         for ident in hood:
             stale |= new._by_node.get(ident, frozenset())
             stale |= new._watch.get(ident, frozenset())
         global_ts = [t for t in self.instances if not t.local_matches]
-        if global_ts:
-            stale |= {k for k in new._cands if k[:2] in self._graph_wide}
-        new._drop(stale)
+        wide = {k for k in new._cands if k[:2] in self._graph_wide}
+        new._kept_wide = {k: new._ranked[k] for k in wide - stale if k in new._ranked}
+        new._drop(stale | wide)
         new._dirty = set(global_ts)
         inside = _widen(graph, [i for i in hood if i in graph.nodes])
         for t in self.instances:
@@ -164,19 +180,91 @@ class MatchIndex:
         """The ranking of a candidate, if it was ranked on this graph (or kept from before)."""
         return self._ranked.get(key_of(t, m))
 
+    # --- equal layers ---------------------------------------------------------------------
+    def _layer_hash(self, family: Family, index: int) -> str | None:
+        """The structural hash of a layer of a family with two or more layers (None: no such layer)."""
+        if self._layers is None:
+            self._layers = layers(self.graph)
+        ids = self._layers.get(family, {}).get(index)
+        if ids is None:
+            return None
+        if (family, index) not in self._hashes:
+            self._hashes[(family, index)] = layer_hash(self.graph, family, index, ids)
+        return self._hashes[(family, index)]
+
+    def class_key(self, t: Transformation, m: Match) -> tuple | None:
+        """The candidate's class among equal layers (see the module docstring): None when its anchors
+        do not all lie in one layer of a repeated family."""
+        where = {layer_of(a) for a in m.anchors}
+        if len(where) != 1 or None in where:
+            return None
+        family, index = next(iter(where))
+        h = self._layer_hash(family, index)
+        return None if h is None else (t.name, repr(t), tuple(family.rename(a, index, "§") for a in m.anchors), h)
+
+    def check(self, t: Transformation, m: Match) -> engine.Ranked:
+        """The candidate's check verdict, as a ranking whose Δ may be unknown (None): its ranking when it
+        has one, its class's verdict (renamed to its layer), else its own check (kept)."""
+        k = key_of(t, m)
+        r = self._ranked.get(k) or self._checked.get(k)
+        if r is not None:
+            return r
+        cls = self.class_key(t, m)
+        r = self._member(cls, t, m, final=False)
+        if r is None:
+            res = t.check(self.graph, m)
+            r = engine.Ranked(t, m, res.ok, res.reason, Estimate() if res.ok and not t.moves_bytes else None)
+            if cls is not None:
+                self._classes[cls] = (r, *layer_of(m.anchors[0]), None)
+        if r.ok and r.delta is None:
+            self._checked[k] = r
+        else:                                   # a failed check or a known Δ: the ranking itself
+            self._keep(k, r, m.anchors)
+        return r
+
     def rank(self, t: Transformation, m: Match, predict: bool = True) -> engine.Ranked:
-        """The candidate's ranking (``engine.rank_one``), computed once per index."""
+        """The candidate's ranking (``engine.rank_one``), computed once per index, and once per class of
+        equal layers: a member of a ranked class takes its ranking, renamed to its layer."""
+        if not predict:
+            return self.check(t, m)
         k = key_of(t, m)
         r = self._ranked.get(k)
-        if r is not None and (r.delta is not None or not r.ok or not predict):
+        if r is not None and (r.delta is not None or not r.ok):
             return r
-        r = engine.rank_one(self.graph, t, m, predict)
-        if predict:
-            try:
-                deps = tuple(t.affected(self.graph, m))
-            except Exception:  # noqa: BLE001 - a failed match's affected set is its anchors
-                deps = m.anchors
-            for ident in deps:
-                self._watch[ident] = self._watch.get(ident, frozenset()) | {k}
-            self._ranked[k] = r
+        cls = self.class_key(t, m)
+        r = self._member(cls, t, m, final=True)
+        if r is not None:
+            rep, family, index, rep_deps = self._classes[cls]
+            deps = tuple(family.rename(i, index, layer_of(m.anchors[0])[1]) for i in rep_deps)
+        else:
+            checked = self._checked.get(k)
+            final = checked is not None and (not checked.ok or checked.delta is not None)
+            r = checked if final else engine.rank_one(self.graph, t, m)
+            deps = self._deps(t, m)
+            if cls is not None:
+                self._classes[cls] = (r, *layer_of(m.anchors[0]), deps)
+        self._keep(k, r, deps)
         return r
+
+    def _keep(self, k: Key, r: engine.Ranked, deps: Iterable[str]) -> None:
+        """Keep a ranking, to be dropped when one of the kernels it read changes."""
+        for ident in deps:
+            self._watch[ident] = self._watch.get(ident, frozenset()) | {k}
+        self._ranked[k] = r
+
+    def _member(self, cls: tuple | None, t: Transformation, m: Match, final: bool) -> engine.Ranked | None:
+        """The ranking of ``m`` derived from the one its class holds (None: none held, or ``final`` and the
+        class holds only a check whose Δ is still unknown)."""
+        held = self._classes.get(cls) if cls is not None else None
+        if held is None or final and held[3] is None and held[0].ok:
+            return None
+        rep, family, index, _ = held
+        mine = layer_of(m.anchors[0])[1]
+        return replace(rep, transformation=t, match=m, reason=family.rename(rep.reason, index, mine))
+
+    def _deps(self, t: Transformation, m: Match) -> tuple[str, ...]:
+        """The kernels a ranking read (its ``affected`` set), kept to drop the ranking when one changes."""
+        try:
+            return tuple(t.affected(self.graph, m)) + m.anchors
+        except Exception:  # noqa: BLE001 - a failed match's affected set is its anchors
+            return m.anchors

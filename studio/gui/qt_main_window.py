@@ -390,7 +390,10 @@ class QtMainWindow(QMainWindow):
             self.view.reveal((p.removed + p.changed)[0])
 
     def apply(self, r) -> bool:
-        """Apply a ranked match as an undoable command; False (and a dialog) when it fails."""
+        """Apply a ranked match as an undoable command; False (and a dialog) when it fails. A row that
+        stands for equal layers ("× N") applies here and repeats on the others (``qt_transfer``)."""
+        if r.copies:
+            return qt_transfer.apply_on_equal_layers(self, r)
         return self.apply_step(r.transformation.name, r.match.anchors, r.transformation.params())
 
     def apply_step(self, name: str, anchors, params=None) -> bool:

@@ -6,7 +6,9 @@ nothing to repeat the window says why and what to do instead."""
 from __future__ import annotations
 
 from studio.gui.commands import ApplyCommand, step_text
+from studio.gui.ranking import copy_layers
 from transforms.history import TRANSFER
+from transforms.layers import layer_of
 
 
 def repeat_on_equal_layers(window) -> bool:
@@ -49,3 +51,31 @@ def hint(window, app) -> None:
         window.statusBar().showMessage(f"Inside {run[0]}: Edit → Repeat on equal layers (Ctrl+Shift+L) applies "
                                        f"the last {run[1]} step{'s' if run[1] > 1 else ''} to every equal layer",
                                        8000)
+
+
+def apply_on_equal_layers(window, r) -> bool:
+    """A ranked row that stands for equal layers ("× N"): apply its match, then repeat that step on the
+    layers of its copies, as one undoable macro. When either fails, nothing stays applied."""
+    s, stack = window.session, window.stack
+    name, anchors = r.transformation.name, r.match.anchors
+    family, index = layer_of(anchors[0])
+    layer, targets = family.key(index), copy_layers(r)
+    start = stack.index()
+    stack.beginMacro(f"{name} on {1 + len(targets)} equal layers ({layer} → {', '.join(targets)})")
+    cmd = ApplyCommand(s, name, anchors, r.transformation.params())
+    stack.push(cmd)
+    repeat = None
+    if cmd.error is None:
+        repeat = ApplyCommand(s, TRANSFER, (), {"layer": layer, "steps": 1, "to": targets},
+                              text=f"repeat {name} of {layer} on {len(targets)} equal layers",
+                              first=lambda: s.transfer(layer, 1, targets))
+        stack.push(repeat)
+    stack.endMacro()
+    error = cmd.error or (repeat.error if repeat is not None else None)
+    if error is not None:
+        if stack.index() > start:         # undo the half that applied, and drop the macro (obsolete on undo)
+            stack.command(start).setObsolete(True)
+            stack.undo()
+        window.say(f"{name} could not be applied on the equal layers", error=True, detail=error.summary)
+        return False
+    return True

@@ -1,7 +1,8 @@
 """The Transformations dock: ranked matches grouped as Selection, Viewport and Whole graph.
 
 Rows show the transformation, where it applies, the predicted bytes saved and its
-status; matches whose check fails are greyed, with the check's reason (which names
+status; a row "× N" stands for the same match in N structurally equal layers (its bytes are the
+N layers' together, and Apply repeats it on the others through a transfer step); matches whose check fails are greyed, with the check's reason (which names
 the nodes) as status and tooltip. Hovering a row emits ``hovered`` with the kernels
 it would touch; *Preview* shows the diff (the view marks removed and changed
 kernels, the pane lists them with the new kernels' IR); *Apply* and *Apply all of
@@ -16,7 +17,7 @@ from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QHeaderView, QLabel, QP
                                QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from studio.cli import human_bytes
-from studio.gui.ranking import GROUPS, Preview
+from studio.gui.ranking import GROUPS, Preview, copy_layers
 from transforms.engine import Ranked
 
 ROLE = Qt.ItemDataRole.UserRole
@@ -24,6 +25,15 @@ MAX_ROWS = 300              # rows listed per group (best first); the rest are c
 STALE_NOTE = "⟳ out of date: the graph changed, re-ranking"
 STALE_TIP = ("These matches were ranked before the last change to the graph; the new ranking replaces "
              "them when it is ready. Applying one that the change removed says so.")
+
+
+def _class_tips(item: QTreeWidgetItem, r: Ranked) -> None:
+    """Tooltips of a row standing for the same match in several equal layers."""
+    layers = copy_layers(r)
+    item.setToolTip(0, f"the same match in {1 + len(layers)} structurally equal layers; Apply applies it here "
+                       f"and repeats it on {', '.join(layers)} (one undoable step)")
+    item.setToolTip(2, f"{human_bytes(r.bytes_saved)} per layer × {1 + len(layers)}")
+    item.setToolTip(1, "\n".join(r.match.anchors) + f"\n… and the same in {', '.join(layers)}")
 
 
 class _Tree(QTreeWidget):
@@ -142,12 +152,15 @@ class QtTransformationsDock(QDockWidget):
             head.setFirstColumnSpanned(False)
             head.setFlags(Qt.ItemFlag.ItemIsEnabled)
             for r in rows[:MAX_ROWS]:
-                saved = human_bytes(r.bytes_saved) if r.delta is not None else "…" if r.ok else ""
-                item = QTreeWidgetItem(head, [r.transformation.name, r.match.label or ", ".join(r.match.anchors),
+                saved = human_bytes(r.total_saved) if r.delta is not None else "…" if r.ok else ""
+                name = f"{r.transformation.name} × {1 + len(r.copies)}" if r.copies else r.transformation.name
+                item = QTreeWidgetItem(head, [name, r.match.label or ", ".join(r.match.anchors),
                                               saved, "ok" if r.ok else r.reason])
                 item.setData(0, ROLE, r)
                 item.setToolTip(3, r.reason or "applicable")
                 item.setToolTip(1, "\n".join(r.match.anchors))
+                if r.copies:
+                    _class_tips(item, r)
                 if not r.ok:
                     for c in range(4):
                         item.setForeground(c, grey)

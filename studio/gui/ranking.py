@@ -6,11 +6,13 @@ first, failed checks last with their reason), but on a graph snapshot (a session
 state's graph is never edited after it is made, so a worker thread may read it
 while the GUI applies the next step), one candidate at a time so the worker can
 report progress and stop when cancelled, and handing out each group as soon as it
-is ranked. ``preview`` applies one match to a sharing copy and describes what it did.
+is ranked. In the Whole graph group, the matches of one class of equal layers are one row (its first
+layer's match, the others as ``copies``). ``preview`` applies one match to a sharing copy and describes
+what it did.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator
 
 from ir import memory
@@ -21,6 +23,7 @@ from studio.cli import human_bytes
 from studio.gui.jobs import CancelToken, Progress, no_progress
 from transforms import engine
 from transforms.base import Match, Transformation
+from transforms.layers import layer_of
 from transforms.match_index import MatchIndex, key_of
 from transforms.registry import TRANSFORMATIONS
 
@@ -65,17 +68,13 @@ def _rank_groups(graph: Graph, selection, viewport, token: CancelToken, progress
             if key not in seen:
                 seen.add(key)
                 token.check("ranking the matches")
-                known = index.known(t, m)
-                if known is not None:
-                    checked.append(known)
-                    continue
-                res = t.check(graph, m)
-                checked.append(engine.Ranked(t, m, res.ok, res.reason, None))
+                checked.append(index.check(t, m))
         if not checked:
             continue
         if on_group is not None:
             on_group(label, sorted(checked, key=_key))
-        out[label] = sorted(_predict(index, checked, label, token, progress), key=_key)
+        ranked = _predict(index, checked, label, token, progress)
+        out[label] = sorted(_by_class(index, ranked) if label == "Whole graph" else ranked, key=_key)
         if on_group is not None:
             on_group(label, out[label])
     return out
@@ -93,6 +92,33 @@ def _predict(index: MatchIndex, checked: list[engine.Ranked], label: str, token:
         out.append(r)
         progress(k + 1, len(checked), f"ranking {label.lower()} matches")
     return out
+
+
+def _by_class(index: MatchIndex, rows: list[engine.Ranked]) -> list[engine.Ranked]:
+    """One row per class of equal layers (``MatchIndex.class_key``): its first member, with the others as
+    ``copies`` (listed "× N"; applying it repeats the step on their layers)."""
+    classes: dict[tuple, list[engine.Ranked]] = {}
+    out: list[engine.Ranked | tuple] = []
+    for r in rows:
+        cls = index.class_key(r.transformation, r.match)
+        if cls is None:
+            out.append(r)
+        elif cls in classes:
+            classes[cls].append(r)
+        else:
+            classes[cls] = [r]
+            out.append(cls)
+    return [x if isinstance(x, engine.Ranked) else _collapse(classes[x]) for x in out]
+
+
+def _collapse(members: list[engine.Ranked]) -> engine.Ranked:
+    members = sorted(members, key=lambda r: layer_of(r.match.anchors[0])[1])
+    return replace(members[0], copies=tuple(r.match for r in members[1:]))
+
+
+def copy_layers(r: engine.Ranked) -> list[str]:
+    """The layers of a class row's copies (``layer.1``, …), for ``Session.transfer``."""
+    return [family.key(index) for family, index in (layer_of(m.anchors[0]) for m in r.copies)]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ tuned one; undo takes it back; with nothing to repeat, the window says why."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from studio.session import Session
 from tests.peer.hf_style_models import save_bert_stack
@@ -40,3 +41,33 @@ def test_repeat_on_equal_layers(make_window, stack_model, monkeypatch):
     assert s.cursor == 1 and s.metrics().bytes == before
     w.actions_.redo.trigger()
     assert s.cursor == 2 and s.steps[-1].is_transfer
+
+
+def test_a_row_for_equal_layers_applies_on_all_of_them(make_window, stack_model, qtbot, monkeypatch):
+    """The Whole graph listing shows a match of equal layers once, "× N" with the N layers' bytes; Apply
+    on it applies the match and repeats it on the other layers as one undoable macro."""
+    said = []
+    w = make_window()
+    monkeypatch.setattr(w, "say", lambda text, **kw: said.append((text, kw.get("detail", ""))))
+    s = Session.open(stack_model, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    w.set_session(s)
+    w.ranker.schedule(0)
+    qtbot.waitUntil(lambda: any(r.copies and r.delta is not None for r in w.transformations.rows()), timeout=120_000)
+    r = next(r for r in w.transformations.rows() if r.ok and r.copies and r.bytes_saved > 0)
+    item = next(it for k in range(w.transformations.tree.topLevelItemCount())
+                for it in [w.transformations.tree.topLevelItem(k).child(j)
+                           for j in range(w.transformations.tree.topLevelItem(k).childCount())]
+                if it.data(0, Qt.ItemDataRole.UserRole) is r)
+    n = 1 + len(r.copies)
+    assert item.text(0) == f"{r.transformation.name} × {n}" and "per layer" in item.toolTip(2)
+    before = s.metrics().bytes
+    w.transformations.select_row(r)
+    w.transformations.apply_button.click()
+    assert not said, said
+    assert s.cursor == 2 and s.steps[-1].is_transfer and w.stack.count() == 1
+    assert before - s.metrics().bytes == r.total_saved
+    family, first = layer_of(r.match.anchors[0])
+    for m in r.copies:
+        assert layer_hash(s.graph, family, layer_of(m.anchors[0])[1]) == layer_hash(s.graph, family, first)
+    w.actions_.undo.trigger()
+    assert s.cursor == 0 and s.metrics().bytes == before and w.stack.index() == 0
