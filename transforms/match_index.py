@@ -31,9 +31,8 @@ of a candidate in place: a worker thread may rank while the GUI reads the lists.
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator
-
 from dataclasses import replace
+from typing import Iterable, Iterator
 
 from ir.graph import Graph
 from ir.movement import Estimate
@@ -235,7 +234,8 @@ class MatchIndex:
         r = self._member(cls, t, m, final=True)
         if r is not None:
             rep, family, index, rep_deps = self._classes[cls]
-            deps = tuple(family.rename(i, index, layer_of(m.anchors[0])[1]) for i in rep_deps)
+            read = rep.match.anchors if rep_deps is None else rep_deps        # None: a failed check's verdict
+            deps = tuple(family.rename(i, index, layer_of(m.anchors[0])[1]) for i in read)
         else:
             checked = self._checked.get(k)
             final = checked is not None and (not checked.ok or checked.delta is not None)

@@ -66,3 +66,18 @@ def test_an_apply_keeps_the_graph_wide_rankings_outside_the_rewrite(stack):
     for t, m in kept:
         assert not touched & set(m.anchors)
         assert key_of(t, m) in {key_of(t2, m2) for t2, m2 in new.candidates()}
+
+
+def test_ranking_without_checking_first_derives_failed_verdicts_too(stack):
+    """``Session.matches`` ranks each candidate directly: a member whose class holds only a failed check's
+    verdict takes that verdict (renamed), as ranking it alone says."""
+    s = Session.open(stack, training=TRAINING, autosave=False)
+    index = s.match_index()
+    failed = [(t, m) for t, m in index.candidates() if index.class_key(t, m) is not None and not index.check(t, m).ok]
+    assert failed
+    fresh = Session.open(stack, training=TRAINING, autosave=False).match_index()
+    for t, m in failed[:60:2]:                  # these classes hold only a check's verdict
+        fresh.check(t, m)
+    for t, m in failed[:60]:
+        mine, alone = fresh.rank(t, m), engine.rank_one(s.graph, t, m)
+        assert (mine.ok, mine.reason) == (alone.ok, alone.reason), (t.name, m.anchors)
