@@ -5,13 +5,17 @@ display (``DISPLAY``/``WAYLAND_DISPLAY`` unset and ``QT_QPA_PLATFORM`` not
 ``offscreen``) it says so and how to replay a history headless instead, and exits
 2; likewise when PySide6 is not installed. The window runs as ``python -m
 studio.gui.qt_app`` in a child process: ``studio`` never imports ``studio.gui``
-(the layering of DESIGN §1), and the exit code is the window's.
+(the layering of DESIGN §1), and the exit code is the window's. The window ends with the launcher:
+SIGTERM, SIGINT and SIGHUP sent to ``dcstudio open`` are passed on to the window, and on Linux the
+window also gets SIGTERM when the launcher dies without passing anything on (SIGKILL).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +48,26 @@ def cmd_open(args: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "studio.gui.qt_app", args.model or str(EXAMPLE)]
     argv += ["--history", args.history] if args.history else []
     argv += ["--exit-when-loaded"] if args.exit_when_loaded else []
-    return subprocess.call(argv)
+    return run_window(argv)
+
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def run_window(argv: list[str]) -> int:
+    """Run the window's process; pass the launcher's termination signals on to it; its exit code."""
+    child = subprocess.Popen(argv, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    previous = {sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum)) for sig in FORWARDED}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _die_with_parent() -> None:
+    """In the window's process before it starts: SIGTERM when the launcher dies (``PR_SET_PDEATHSIG``)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
 
 
 def add_parser(sub) -> None:

@@ -4,8 +4,10 @@ undoable macro, the autosave restore offer, the properties pane, and ``dcstudio 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from PySide6.QtCore import QSettings, Qt
@@ -155,3 +157,38 @@ def test_open_command_starts_the_window_offscreen(bert_model, tmp_path):
     run = subprocess.run([sys.executable, "-m", "studio.cli", "open", str(bert_model), "--exit-when-loaded"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def _children(pid: int) -> list[int]:
+    path = f"/proc/{pid}/task/{pid}/children"
+    return [int(x) for x in open(path).read().split()] if os.path.exists(path) else []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_ending_the_open_command_ends_the_window(bert_model, tmp_path, sig):
+    """``dcstudio open`` runs the window as a child process: a SIGTERM to the launcher is passed on, and a
+    launcher killed outright takes the window with it (Linux parent-death signal), so no window is left
+    running (and ranking) without its launcher."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path))
+    launcher = subprocess.Popen([sys.executable, "-m", "studio.cli", "open", str(bert_model)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _children(launcher.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (window,) = _children(launcher.pid)
+    time.sleep(1.0)                                   # the window is up and working
+    launcher.send_signal(sig)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not _gone(window) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(window)
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie waits only for its new parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
