@@ -15,6 +15,8 @@ mirrored between the two views (``mirrored``).
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -120,7 +122,12 @@ def scope_rows(before: Graph, after: Graph, ledger_before: Ledger, ledger_after:
         for v in acc.values():                     # timed sides: a scope one side lacks took no time there
             v[4], v[5] = v[4] or 0.0, v[5] or 0.0
     rows = [ScopeRow(scope, *v) for scope, v in acc.items()]
-    return sorted(rows, key=lambda r: (r.bytes_after - r.bytes_before, r.scope))
+    return sorted(rows, key=lambda r: (r.bytes_after - r.bytes_before, natural_key(r.scope)))
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key reading runs of digits as numbers: layer/2 before layer/10."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part)
 
 
 def counterpart(item: str, this: ScopeTree, other: ScopeTree) -> str | None:

@@ -51,6 +51,18 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+def default_folder(model_path: str | None) -> Path:
+    """Where an export goes unless the user chose a folder before: beside the model, or
+    ``~/dcstudio-exports`` when the model is the bundled example (or any file inside the studio's own
+    tree, which an update may replace) or its folder is not writable."""
+    own_tree = Path(__file__).resolve().parents[2]
+    if model_path:
+        folder = Path(model_path).resolve().parent
+        if not folder.is_relative_to(own_tree) and os.access(folder, os.W_OK):
+            return folder
+    return Path.home() / "dcstudio-exports"
+
+
 def default_name(model_name: str) -> str:
     """A package name for a model's export: its stem as an identifier, plus ``_step``."""
     stem = re.sub(r"\W", "_", Path(model_name).stem, flags=re.ASCII).strip("_") or "model"
@@ -66,10 +78,11 @@ def target_problem(folder: str, name: str) -> str | None:
     if not folder:
         return "Choose the folder to export into"
     parent = Path(folder)
-    if not parent.is_dir():
-        return f"The folder {parent} does not exist"
-    if not os.access(parent, os.W_OK):
-        return f"The folder {parent} is not writable"
+    existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"The folder {parent} does not exist" if existing is None else f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK):
+        return f"The folder {existing} is not writable"
     target = parent / name
     if target.exists() and not target.is_dir():
         return f"{target} exists and is not a folder"
@@ -79,6 +92,8 @@ def target_problem(folder: str, name: str) -> str | None:
 def target_note(folder: str, name: str) -> str:
     """What the export will do with ``folder/name`` (for the dialog, once the target is valid)."""
     target = Path(folder) / name
+    if not Path(folder).is_dir():
+        return f"Creates the folder {folder} and writes the package {target}"
     if target.is_dir() and any(target.iterdir()):
         return (f"{target} exists: it is replaced if it is an earlier dcstudio export "
                 "(any other folder is left untouched and the export stops)")
@@ -118,10 +133,13 @@ def export_session(session: Session, target: str | os.PathLike, backend: str = "
     if problem:
         raise ExportError(problem)
     check_replaceable(target)                          # refuse a user's folder before any work
-    _sweep(target.parent, target.name)
+    made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _sweep(target.parent, target.name)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{STAGING}-{os.getpid()}-", dir=target.parent))
     except OSError as e:
+        _unmake(made)
         raise ExportError(f"cannot write in {target.parent}: {e.strerror or e}") from None
     try:
         token.check("the export")
@@ -135,9 +153,20 @@ def export_session(session: Session, target: str | os.PathLike, backend: str = "
                           "exported") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not target.exists():
+            _unmake(made)
     progress(2, 2, f"exported {target}")
     files = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
     return ExportResult(target, result.package, result.kernels, result.statements, files, result.traffic)
+
+
+def _unmake(made: list[Path]) -> None:
+    """Remove the folders an export created for itself (innermost first) when it wrote nothing there."""
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def check_command(result: ExportResult) -> tuple[str, list[str], str]:

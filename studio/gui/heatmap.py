@@ -67,6 +67,17 @@ def box_values(boxes: Iterable[str], members: Callable[[str], Iterable[str]],
     return out
 
 
+def number_label(v: float) -> str:
+    """A legend tick of node data: whole thousands with separators (155,900, not 1.559e+05), four
+    significant digits below that, and powers of ten only beyond 10^15 or below 10^-3."""
+    if 1e4 <= abs(v) < 1e15:
+        return f"{v:,.0f}"
+    if v == 0 or 1e-3 <= abs(v) < 1e4:
+        return f"{v:.4g}"
+    mantissa, exponent = f"{v:.3e}".split("e")
+    return f"{float(mantissa):g}×10^{int(exponent)}"
+
+
 def legend(values: Mapping[str, float], scale: str, ticks: int = 5) -> list[tuple[float, float]]:
     """``[(t, value)]`` at ``ticks`` evenly spaced positions of the colour bar."""
     if not values:

@@ -40,7 +40,7 @@ class QtExportDialog(QDialog):
         self.task = self.process = None
         self.messages: list = []
         self.check_timeout_ms = CHECK_TIMEOUT_MS
-        self._build(folder or str(Path(window.session.model_path or ".").absolute().parent))
+        self._build(folder or str(exporting.default_folder(window.session.model_path)))
         self._validate()
         exporting.find_gpu(self.window_, self._gpu_found)
         window.installEventFilter(self)            # the window closing closes this first (kills the check)

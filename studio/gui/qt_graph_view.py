@@ -28,7 +28,7 @@ from ir.graph import Graph
 from ir.movement import Ledger
 from studio.gui import graph_diff, layout as lay
 from studio.gui.describe import edge_tooltip, kernel_tooltip
-from studio.gui.heatmap import box_values, color, grey, normalize
+from studio.gui.heatmap import box_values, color, grey, normalize, number_label
 from studio.gui.overview import LOD_TEXT, Level, place_plates, plate_levels, plate_text, readable_zoom
 from studio.gui.placement import Placement, place
 from studio.gui.qt_graph_items import QtBoxItem, QtEdgeItem, QtFrameItem, Style
@@ -410,7 +410,7 @@ class QtGraphView(QGraphicsView):
         covered = sum(1 for i in self.graph.nodes if i in self.overlay_values)
         self.legend.set_values(values, self.heat_scale, f"{self.overlay_name} per box · {self.heat_scale} scale · "
                                                         f"{covered} of {len(self.graph.nodes)} kernels have a value",
-                               lambda v: f"{v:.4g}", show_empty=True)
+                               number_label, show_empty=True)
         self._place_legend()
 
     def set_overlay(self, values: dict[str, float], name: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -20,6 +21,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QW
 
 from ir.errors import StudioError
 from studio.gui.jobs import Cancelled, CancelToken
+
+PROGRESS_S = 0.05              # the shortest time between two progress reports of one phase
 
 Work = Callable[[CancelToken, "Reporter"], Any]
 
@@ -35,12 +38,19 @@ class _Signals(QObject):
 
 class Reporter:
     """What the work gets as ``progress``: call it with (done, total, what); ``partial(obj)`` hands out a
-    result before the end (``QtTask.partial``)."""
+    result before the end (``QtTask.partial``). Reports reach the GUI thread at most every
+    ``PROGRESS_S`` (and always the last of a phase): a worker that reports each of thousands of cheap
+    units (ranking known matches) would otherwise queue a label update per unit on the GUI thread."""
 
     def __init__(self, signals: _Signals) -> None:
         self._signals = signals
+        self._last = (-1.0, "")
 
     def __call__(self, done: int, total: int, what: str) -> None:
+        now = time.monotonic()
+        if done < total and what == self._last[1] and now - self._last[0] < PROGRESS_S:
+            return
+        self._last = (now, what)
         self._signals.progressed.emit(done, total, what)
 
     def partial(self, value: Any) -> None:

@@ -272,3 +272,11 @@ def test_the_compare_views_fit_at_their_shown_size(compared):
         r, vp = v.scene().sceneRect(), v.viewport().rect()
         fit = min(vp.width() / r.width(), vp.height() / r.height())
         assert v.transform().m11() >= 0.9 * fit > 0.01
+
+
+def test_scopes_with_equal_savings_sort_by_their_numbers():
+    """Ties in the scope table read layer numbers as numbers: layer/2 before layer/10."""
+    from studio.gui.compare import natural_key
+    names = ["layer/10/attention", "layer/2/attention", "layer/1/attention", "head", "layer/1"]
+    assert sorted(names, key=natural_key) == ["head", "layer/1", "layer/1/attention", "layer/2/attention",
+                                              "layer/10/attention"]

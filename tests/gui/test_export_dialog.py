@@ -75,8 +75,29 @@ def test_the_name_is_validated_as_you_type(qtbot, dialog, tmp_path):
     dialog.name.clear()
     qtbot.keyClicks(dialog.name, "bert_step")
     assert dialog.export_button.isEnabled() and dialog.message.text().startswith("Writes the package")
-    dialog.folder.setText(str(tmp_path / "missing"))
-    assert "does not exist" in dialog.message.text() and not dialog.export_button.isEnabled()
+    dialog.folder.setText(str(tmp_path / "missing" / "deeper"))           # made when the export runs
+    assert dialog.message.text().startswith("Creates the folder") and dialog.export_button.isEnabled()
+    (tmp_path / "a_file").write_text("")
+    dialog.folder.setText(str(tmp_path / "a_file" / "below"))
+    assert "is not a folder" in dialog.message.text() and not dialog.export_button.isEnabled()
+
+
+def test_the_default_folder_is_outside_the_studio(tmp_path, monkeypatch):
+    """The bundled example (inside the studio's own tree) exports to ~/dcstudio-exports, which the export
+    creates; a model elsewhere exports beside itself; a failed export leaves no folder it made behind."""
+    from studio.open_cmd import EXAMPLE
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert exporting.default_folder(str(EXAMPLE)) == tmp_path / "home" / "dcstudio-exports"
+    assert exporting.default_folder(None) == tmp_path / "home" / "dcstudio-exports"
+    (tmp_path / "models").mkdir()
+    assert exporting.default_folder(str(tmp_path / "models" / "m.onnx")) == tmp_path / "models"
+
+    class Failing:
+        def export(self, out_dir, backend="cpu"):
+            raise OSError(28, "No space left on device", str(out_dir))
+    with pytest.raises(exporting.ExportError, match="nothing was exported"):
+        exporting.export_session(Failing(), tmp_path / "home" / "dcstudio-exports" / "pkg")
+    assert not (tmp_path / "home").exists()
 
 
 def test_cuda_is_offered_only_with_a_device(qtbot, dialog):

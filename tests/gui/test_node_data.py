@@ -56,3 +56,10 @@ def test_the_legend_steps_aside_from_the_pointer(qtbot, make_window, bert_model)
                                                      Qt.KeyboardModifier.NoModifier))
     assert not v.legend.geometry().contains(at.toPoint()), "the legend no longer covers the pointer"
     assert v.legend.x() == v.viewport().width() - v.legend.width() - 10
+
+
+def test_node_data_legend_numbers_read_plainly():
+    from studio.gui.heatmap import number_label
+    assert number_label(155_900.0) == "155,900" and number_label(-2.5e6) == "-2,500,000"
+    assert number_label(3.14159) == "3.142" and number_label(0) == "0" and number_label(0.0125) == "0.0125"
+    assert number_label(2.5e-5) == "2.5×10^-5" and number_label(3e16) == "3×10^16"
