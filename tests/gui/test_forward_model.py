@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 from PySide6.QtCore import Qt
+from shiboken6 import isValid
 
 from studio.gui.qt_training_dialog import QtTrainingDialog
 from studio.session import Session
@@ -132,3 +133,61 @@ def test_the_dialog_reports_a_parameter_read_by_two_modules(qtbot, make_window, 
     d = _offer(qtbot, make_window(), path)
     plan = d.plan.toPlainText()
     assert "a.weight: shared by 2 modules: a, b; if your model does not tie them, pass --untie a.weight" in plan
+
+
+def _shrink_model(path):
+    """y = x·a + Shrink(x·b): b reaches the loss through Shrink, which has no gradient rule."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), n) for n in ("a.weight", "b.weight")]
+    nodes = [helper.make_node("MatMul", ["x", "a.weight"], ["h"], name="/a/MatMul"),
+             helper.make_node("MatMul", ["x", "b.weight"], ["g"], name="/b/MatMul"),
+             helper.make_node("Shrink", ["g"], ["r"], name="/b/Shrink", lambd=0.5),
+             helper.make_node("Add", ["h", "r"], ["y"], name="/add/Add")]
+    g = helper.make_graph(nodes, "shrink", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], initializer=inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_a_failed_generation_keeps_the_dialog_and_the_parameters_are_checkable(qtbot, make_window, tmp_path,
+                                                                              monkeypatch):
+    """Generating fails on an op without a gradient rule: the dialog stays open and says so (no "Could not
+    open" box); unchecking the parameter that reaches it trains the rest, and the dialog closes."""
+    said = []
+    w = make_window()
+    monkeypatch.setattr(w, "say", lambda text, **kw: said.append(text))
+    d = _offer(qtbot, w, _shrink_model(tmp_path / "shrink.onnx"))
+    assert d.checked() == ["a.weight", "b.weight"] and d.trainable.currentData() == "parameters"
+    d.loss.setCurrentIndex(d.loss.findData("mse"))
+    qtbot.mouseClick(d.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "could not generate the training step" in d.error.text(), timeout=LOAD_MS)
+    assert d.isVisible() and "no gradient rule for op Shrink" in d.error.text() and d.generate_button.isEnabled()
+    assert w.session is None and not said
+    d.parameters.item(1).setCheckState(Qt.CheckState.Unchecked)          # leave b.weight out
+    assert d.trainable.currentData() == "custom" and d.options()["trainable"] == ("a.weight",)
+    qtbot.mouseClick(d.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not isValid(d) or not d.isVisible(), timeout=LOAD_MS)
+    _settled(qtbot, w)
+    s = w.session
+    assert list(s.training["trainable"]) == ["a.weight"]
+    assert s.graph.containers["a.weight"].role.value == "parameter" and "a.weight.new" in s.graph.outputs
+    assert "b.weight.new" not in s.graph.outputs and not said
+
+
+def test_presets_and_checks_follow_each_other(qtbot, make_window, forward):
+    w = make_window()
+    d = _offer(qtbot, w, forward)
+    assert d.checked() == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    d.parameters.item(0).setCheckState(Qt.CheckState.Unchecked)
+    assert d.trainable.currentData() == "custom"
+    d.parameters.item(0).setCheckState(Qt.CheckState.Checked)             # back to the preset's set
+    assert d.trainable.currentData() == "parameters"
+    for k in range(d.parameters.count()):
+        d.parameters.item(k).setCheckState(Qt.CheckState.Unchecked)
+    qtbot.mouseClick(d.generate_button, Qt.MouseButton.LeftButton)
+    assert d.isVisible() and "no parameter is checked" in d.error.text()
+    d.trainable.setCurrentIndex(d.trainable.findData("parameters"))
+    assert len(d.checked()) == 4
