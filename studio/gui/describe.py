@@ -7,11 +7,14 @@ come from the model file) with the printed IR of the kernel (``ir.printer``).
 from __future__ import annotations
 
 import html
+import re
 
+from ir.fused_ops import has_epilogue, is_group, members
 from ir.graph import Graph
 from ir.movement import Estimate, Ledger
 from ir.nodes import MapNode, OpNode
 from ir.printer import node_to_text
+from ir.serialize import _node_from_json
 from studio.cli import human_bytes, human_count
 from studio.gui.scope_tree import ScopeTree
 from studio.gui.timings import human_seconds
@@ -19,10 +22,97 @@ from studio.gui.timings import human_seconds
 MAX_EDGE_LINES = 8
 
 
+FRIENDLY = {"LayerNormalization": "LayerNorm", "LayerNormalizationGrad": "LayerNorm grad",
+            "BatchNormalization": "BatchNorm", "BatchNormInternal": "BatchNorm", "BatchNormalizationGrad":
+            "BatchNorm grad", "Softmax": "softmax", "SoftmaxGrad": "softmax grad", "SoftmaxGrad_13": "softmax grad",
+            "LogSoftmax": "log-softmax", "Gelu": "GELU", "GeluGrad": "GELU grad", "FastGelu": "GELU",
+            "QuickGelu": "SiLU", "QuickGeluGrad": "SiLU grad", "Relu": "ReLU", "ReluGrad": "ReLU grad",
+            "Sigmoid": "sigmoid", "SigmoidGrad": "sigmoid grad", "Tanh": "tanh", "Dropout": "dropout",
+            "ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "MatMul": "GEMM", "Gemm": "GEMM",
+            "FusedMatMul": "GEMM", "SoftmaxCrossEntropyLoss": "cross-entropy", "Sum": "gradient sum"}
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Neg", "Reciprocal", "Cast", "Where", "Exp",
+                         "Log", "Abs", "Sign", "Max", "Min", "Erf", "Identity", "Equal", "Less", "Greater", "Not",
+                         "And", "Or", "Clip", "Floor", "Ceil", "Round", "Expand"})
+
+
 def kernel_title(node: OpNode | MapNode) -> str:
+    """What a kernel computes, named from its lineage (the ops it was made from): "LayerNorm + residual",
+    "GEMM + bias + GELU", "AdamW × 16"; a library call by its op (its domain is in the properties)."""
     if isinstance(node, OpNode):
-        return node.qualified_type + (f" [{node.impl}]" if node.impl != "default" else "")
-    return f"map[{len(node.params)}d] {len(node.body)} tasklet{'s' * (len(node.body) != 1)}"
+        return _op_title(node) + (f" [{node.impl}]" if node.impl != "default" else "")
+    ops, update = _lineage(node.label), optimizer_title(node)
+    if not update:
+        return ops_title(ops, node)
+    return " + ".join([x for x in _named(ops) if "elementwise" not in x] + [update])    # "sum + AdamW update"
+
+
+def fit_title(title: str, fits) -> str:
+    """``title`` shortened at its " + " joints until ``fits(text)``: "LayerNorm + residual + …", never an op
+    name cut in the middle (None when not even the first part fits: the caller elides that one at its end)."""
+    parts = title.split(" + ")
+    for k in range(len(parts), 0, -1):
+        text = " + ".join(parts[:k]) + (" + …" if k < len(parts) else "")
+        if fits(text):
+            return text
+    return None
+
+
+def _op_title(node: OpNode) -> str:
+    if is_group(node):
+        return f"GEMM × {len(members(node))}"
+    name = FRIENDLY.get(node.op_type, node.op_type)
+    if not has_epilogue(node):
+        return name
+    epilogue = [op for op in _lineage(_node_from_json(node.attrs["epilogue"]).label) if op != node.op_type]
+    return " + ".join([name, *_named(epilogue, bias=True)])
+
+
+def _lineage(label: str) -> list[str]:
+    """The op types a fused map was made from, in order (its label joins them with +, > and |)."""
+    return [part.split(":")[0].strip() for part in re.split(r"[+>|]", label or "") if part.strip()]
+
+
+def _named(ops: list[str], bias: bool = False) -> list[str]:
+    """Readable parts: named ops once each, in order; an Add just before a norm is the residual, an
+    epilogue's Add the bias; the remaining arithmetic counted."""
+    out, rest = [], 0
+    for k, op in enumerate(ops):
+        if op in ELEMENTWISE:
+            follows = ops[k + 1] if k + 1 < len(ops) else ""
+            part = ("residual" if op == "Add" and "Norm" in follows else "bias" if op == "Add" and bias else None)
+            if part is None:
+                rest += 1
+            elif part not in out:
+                out.append(part)
+            continue
+        name = FRIENDLY.get(op, op)
+        if name not in out:
+            out.append(name)
+    if rest:
+        out.append(f"{rest} elementwise" if out else f"elementwise × {rest}")
+    return out
+
+
+def ops_title(ops: list[str], node: MapNode) -> str:
+    if not ops:
+        return f"map[{len(node.params)}d] {len(node.body)} tasklet{'s' * (len(node.body) != 1)}"
+    named = _named(ops)
+    if "residual" in named:                      # the norm first: "LayerNorm + residual"
+        named.remove("residual")
+        named.insert(1, "residual")
+    return " + ".join(named)
+
+
+def optimizer_title(node: MapNode) -> str:
+    """An optimizer update (its outputs are ``p.new`` with ``p.m.new``/``p.v.new`` or ``p.momentum.new``):
+    "AdamW × 16" for a map updating 16 parameters."""
+    outs = {m.container for m in node.outputs if m is not None}
+    params = {o[:-4] for o in outs if o.endswith(".new") and not o.endswith((".m.new", ".v.new", ".momentum.new"))}
+    if not params:
+        return ""
+    kind = ("AdamW" if any(f"{p}.v.new" in outs for p in params) else "Lion" if any(f"{p}.m.new" in outs for p in params)
+            else "SGD")
+    return kind + (f" × {len(params)}" if len(params) > 1 else " update")
 
 
 def box_text(graph: Graph, tree: ScopeTree, ledger: Ledger, key: str) -> tuple[str, str]:

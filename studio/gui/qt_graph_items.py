@@ -16,6 +16,7 @@ from PySide6.QtGui import (QBrush, QColor, QFont, QFontMetricsF, QPainter, QPain
                            QPolygonF)
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QStyleOptionGraphicsItem
 
+from studio.gui.describe import fit_title
 from studio.gui.overview import LOD_TEXT
 from studio.gui.passes import Pass
 
@@ -62,8 +63,12 @@ def _elided(bold: bool, text: str, width: float) -> str:
         st = Style.get()
         if len(_ELIDED) > 50_000:
             _ELIDED.clear()
-        _ELIDED[key] = (st.title_metrics if bold else st.small_metrics).elidedText(
-            text, Qt.TextElideMode.ElideMiddle, width)
+        metrics = st.title_metrics if bold else st.small_metrics
+        if bold:                              # a title: cut at " + " joints, else keep its start (never mid-name)
+            short = fit_title(text, lambda t: metrics.horizontalAdvance(t) <= width)
+            _ELIDED[key] = short or metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
+        else:
+            _ELIDED[key] = metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, width)
     return _ELIDED[key]
 
 
