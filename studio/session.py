@@ -406,6 +406,30 @@ class Session:
         pos = {x: i for i, x in enumerate(self._states[since].graph.nodes) if x in wanted}
         return tuple(sorted(pos, key=pos.__getitem__))
 
+    def follow(self, ids: Iterable[str], frm: int, to: int | None = None) -> list[str]:
+        """Kernels ``ids`` of ``graph_at(frm)`` as kernels of ``graph_at(to)`` (the current graph by default),
+        through the steps' lineage: forward, a kernel a step removed becomes the kernels it made them into;
+        back (undo), a kernel a step made becomes the kernels it was made from; untouched ones stay. In the
+        order of ``ids``, without repeats, only kernels of the target graph."""
+        to = self._cursor if to is None else to
+        out = list(dict.fromkeys(ids))
+        for j in range(frm + 1, to + 1) if to > frm else range(frm, to, -1):
+            app = self._states[j].application
+            if app is None or not app.parents:
+                continue
+            if to > frm:
+                made: dict[str, list[str]] = {}
+                for new, parents in app.parents.items():
+                    for p in parents:
+                        made.setdefault(p, []).append(new)
+                gone = set(app.removed)
+                out = [y for x in out for y in (made.get(x, []) if x in gone else [x, *made.get(x, [])])]
+            else:
+                out = [y for x in out for y in app.parents.get(x, (x,))]
+            out = list(dict.fromkeys(out))
+        graph = self._states[to].graph
+        return [x for x in out if x in graph.nodes]
+
     # --- measuring and exporting ------------------------------------------------------
     def profile(self, kernels: Iterable[str] | None = None, *, reps: int = 10, warmup: int = 2,
                 timeout: float = 60.0, threads: int | None = None, feeds: Mapping[str, Any] | None = None,

@@ -85,6 +85,7 @@ class QtGraphView(QGraphicsView):
         self.overlay_name = ""
         self.task: QtTask | None = None
         self._stale = None                          # boxes whose text may be out of date (None: all)
+        self._wanted: list[str] | None = None       # kernels to select once drawn (set_graph's select)
         self._drawing = False
         self._fit_next = True
         self._center_on: str | None = None
@@ -98,8 +99,11 @@ class QtGraphView(QGraphicsView):
         self.scene().selectionChanged.connect(self._on_selection)
 
     # --- content ----------------------------------------------------------------------
-    def set_graph(self, graph: Graph, ledger: Ledger, *, keep_expanded: bool = True) -> None:
-        """Show ``graph`` (figures from ``ledger``); keep open groups that still exist."""
+    def set_graph(self, graph: Graph, ledger: Ledger, *, keep_expanded: bool = True,
+                  select: list[str] | None = None) -> None:
+        """Show ``graph`` (figures from ``ledger``); keep open groups that still exist; ``select``: the kernels
+        to select once drawn (the selection followed through an edit), kept through background layouts."""
+        self._wanted = None if select is None else list(select)
         fresh = self.tree is None or not keep_expanded
         old_tree, touched = self.tree, None
         if not fresh and self.graph is not None:
@@ -190,6 +194,10 @@ class QtGraphView(QGraphicsView):
         finally:
             self._drawing = False
         self._stale = set()                         # drawn: later redraws (layouts, expanding) keep the text
+        if self._wanted is not None:                # the followed selection, on the boxes drawn so far
+            wanted = self._wanted
+            self._wanted = None if placement.exact else wanted
+            self.select(wanted)
         self.sceneUpdated.emit()
         self.placement = placement
         self.levels, self._plate_text = plate_levels(placement, self.tree), {}

@@ -16,7 +16,6 @@ import gc
 import sys
 import weakref
 
-from collections import OrderedDict
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -41,6 +40,7 @@ from studio.gui.qt_timings import QtTimingsDock
 from studio.gui.qt_transformations import QtTransformationsDock
 from studio.gui.qt_workers import QtTask, QtTaskBar
 from studio.gui.qt_ranking import QtRanker
+from studio.gui.qt_peak import QtPeakMemory
 from studio.gui.qt_training_dialog import offer_training
 from studio.gui.ranking import preview
 from studio.session import Session
@@ -74,7 +74,8 @@ class QtMainWindow(QMainWindow):
         self.session: Session | None = None
         self._unsubscribe = None
         self.tasks: set[QtTask] = set()
-        self.peak_cache: OrderedDict = OrderedDict()
+        self.peaks = QtPeakMemory(self)
+        self.shown_step: int | None = None          # the session step the view shows (its selection follows)
         self.messages: list = []
         self.compare_window = None
         self.refresh_suspended = False
@@ -223,7 +224,7 @@ class QtMainWindow(QMainWindow):
             tree, peak = opened.prepared
             graph = opened.session.graph
             self.view.seed_tree(graph, tree)
-            self.peak_cache[id(graph)] = (graph, peak)
+            self.peaks.seed(graph, peak)
         self.set_session(opened.session)
         self.recent.add(path)
         self.recent.fill(self.recent_menu, self.open_model)
@@ -252,6 +253,7 @@ class QtMainWindow(QMainWindow):
         self._unsubscribe = session.subscribe(self._on_session_event)
         self.setWindowTitle(f"dcstudio — {session.model_name}")
         self.view.tree = None
+        self.shown_step = None
         self.profiling.reset()
         self.refresh()
 
@@ -279,9 +281,11 @@ class QtMainWindow(QMainWindow):
     def _refresh(self, s: Session) -> None:
         g, ledger = s.graph, s.ledger
         self.view.clear_marks("removed", "changed", "added", "hover")
-        self.view.set_graph(g, ledger)
+        shown, self.shown_step = self.shown_step, s.cursor          # the selection follows the lineage
+        kept = s.follow(self.view.selected_ids(), shown) if shown is not None and shown <= len(s.steps) else None
+        self.view.set_graph(g, ledger, select=kept)
         bound = s.metrics().bound
-        self.movement.set_figures(g, ledger, bound, self._peak_bytes(g), s.trend(), s.cursor)
+        self.movement.set_figures(g, ledger, bound, self.peaks.of(g), s.trend(), s.cursor)
         self.find_bar.set_graph(g)
         self.profiling.refresh()
         self._show_properties(self.properties.key)
@@ -293,37 +297,11 @@ class QtMainWindow(QMainWindow):
             self.transformations.show_preview(None)
         self.schedule_rank()
 
-    def _peak_bytes(self, graph) -> int | None:
-        """Peak memory of ``graph`` (cached per graph object: undo and redo return to old graphs); None
-        while a worker computes it (0.03-0.06 s of the GUI thread after each apply at 12 layers)."""
-        hit = self.peak_cache.get(id(graph))
-        if hit is None or hit[0] is not graph:
-            self.peak_cache[id(graph)] = (graph, None)
-            task = self.run_task("Peak memory", _peak_work(self.session, graph), track=False, context=graph)
-            task.succeeded.connect(self._peak_done)
-            task.failed.connect(self._peak_failed)
-            task.cancelled.connect(self._peak_failed)
-            return None
-        self.peak_cache.move_to_end(id(graph))
-        return hit[1]
-
     def _count_exported(self) -> None:
         graph = self.session.graph
         task = self.run_task("Bytes as exported", exported_work(graph), context={"fail": "Could not count bytes"})
         task.succeeded.connect(lambda moved: self.movement.set_exported(graph, moved))
         task.failed.connect(self._task_failed)
-
-    def _peak_done(self, peak: int) -> None:
-        graph = self.sender().context
-        self.peak_cache[id(graph)] = (graph, peak)
-        while len(self.peak_cache) > 64:
-            self.peak_cache.popitem(last=False)
-        self.movement.set_peak(graph, peak)
-
-    def _peak_failed(self, message: str) -> None:
-        graph = self.sender().context
-        self.peak_cache.pop(id(graph), None)              # the next refresh of this graph tries again
-        self.movement.set_peak(graph, None, why=message)
 
     def _origins(self, ident: str) -> tuple[str, ...]:
         s = self.session
@@ -588,11 +566,3 @@ def _alive(widget) -> bool:
 
 
 __all__ = ["QtMainWindow", "EXAMPLE", "step_text"]
-
-
-def _peak_work(session: Session, graph):
-    """The work of a peak-memory task: it starts once the refresh that asked for it has ended."""
-    def work(token, progress) -> int:
-        token.check("peak memory")
-        return session.peak_bytes(graph)
-    return work

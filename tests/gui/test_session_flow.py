@@ -129,3 +129,35 @@ def test_stale_history_step_shows_a_dialog(qtbot, make_window, bert_model, tmp_p
     assert w2.session.cursor == 1                      # the good step stayed applied
     assert not box.isModal()
     box.close()
+
+
+def test_the_selection_follows_lineage_through_apply_undo_and_redo(qtbot, make_window, bert_model):
+    """A multi-selection keeps its untouched kernels across an apply, and a fused kernel takes the place of
+    the selected kernels it was made from; undo gives them back, redo fuses them again."""
+    from studio.session import Session
+    from transforms.registry import create
+    w = make_window()
+    s = Session.open(bert_model, autosave=False)
+    s.apply_pass("expand")
+    w.set_session(s)
+    qtbot.waitUntil(lambda: w.view.task is None, timeout=60_000)
+    mf = create("map_fusion")
+    m = next(m for m in mf.matches(s.graph) if mf.check(s.graph, m).ok)
+    other = next(i for i in s.graph.nodes if i not in m.anchors and "MatMul" in i)
+    w.view.select([*m.anchors, other])
+    before = set(w.view.selected_ids())
+    assert set(m.anchors) | {other} <= before
+    assert w.apply_step("map_fusion", m.anchors)
+    w.refresh()
+    qtbot.waitUntil(lambda: w.view.task is None, timeout=60_000)
+    app = s.application_at(s.cursor)
+    fused = set(app.created + app.changed)
+    assert other in w.view.selected_ids() and fused <= set(w.view.selected_ids())
+    w.actions_.undo.trigger()
+    w.refresh()
+    qtbot.waitUntil(lambda: w.view.task is None, timeout=60_000)
+    assert set(m.anchors) | {other} <= set(w.view.selected_ids())
+    w.actions_.redo.trigger()
+    w.refresh()
+    qtbot.waitUntil(lambda: w.view.task is None, timeout=60_000)
+    assert other in w.view.selected_ids() and fused <= set(w.view.selected_ids())

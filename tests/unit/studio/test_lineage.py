@@ -75,3 +75,18 @@ def test_a_transfer_composes_lineage_per_layer(stack):
         assert all(x in g0.nodes for x in s.origins(i))
     layer2 = [i for i in s.graph.nodes if "layer.2" in i or "layer/2" in i]
     assert any(len(s.origins(i)) > 1 for i in layer2), "the transferred fusions know their originals"
+
+
+def test_follow_maps_kernels_forward_and_back_through_the_steps(tmp_path):
+    """``Session.follow``: after the recipe, every kernel of the opened graph follows to kernels of the final
+    graph whose origins include it (or to nothing, when the recipe removed it without a successor), and back,
+    each final kernel follows to exactly its origins."""
+    s = _example(tmp_path)
+    run_recipe(s)
+    final = s.graph
+    for ident in list(s.graph_at(0).nodes)[::7]:
+        ahead = s.follow([ident], 0)
+        assert all(ident in s.origins(x) for x in ahead) and set(ahead) <= set(final.nodes)
+    for ident in list(final.nodes)[::3]:
+        assert set(s.follow([ident], s.cursor, 0)) == set(s.origins(ident))
+    assert s.follow(list(final.nodes), s.cursor, s.cursor) == list(final.nodes)
