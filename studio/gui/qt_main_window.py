@@ -23,7 +23,7 @@ from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMainWindow, QToolBar, QWidget
 
 from ir.errors import StudioError
-from studio.gui import graph_diff, qt_dialogs, qt_menus, qt_transfer
+from studio.gui import graph_diff, qt_dialogs, qt_menus, qt_node_data, qt_transfer
 from studio.gui.commands import ApplyCommand, step_text
 from studio.gui.jobs import gui_busy
 from studio.gui.loading import Opened, needs_training, open_session
@@ -76,6 +76,7 @@ class QtMainWindow(QMainWindow):
         self.tasks: set[QtTask] = set()
         self.peaks = QtPeakMemory(self)
         self.shown_step: int | None = None          # the session step the view shows (its selection follows)
+        self.node_data = None                       # (session, keyed values, name) of loaded node data
         self.messages: list = []
         self.compare_window = None
         self.refresh_suspended = False
@@ -284,6 +285,7 @@ class QtMainWindow(QMainWindow):
         shown, self.shown_step = self.shown_step, s.cursor          # the selection follows the lineage
         kept = s.follow(self.view.selected_ids(), shown) if shown is not None and shown <= len(s.steps) else None
         self.view.set_graph(g, ledger, select=kept)
+        qt_node_data.follow_overlay(self)
         bound = s.metrics().bound
         self.movement.set_figures(g, ledger, bound, self.peaks.of(g), s.trend(), s.cursor)
         self.find_bar.set_graph(g)

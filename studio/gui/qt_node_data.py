@@ -12,7 +12,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog
 
 from ir.errors import StudioError
-from studio.overlay import load_overlay as read_node_data
+from studio.overlay import map_values, read_values
 from studio.overlay import save_overlay as write_node_data
 
 
@@ -25,17 +25,31 @@ def choose_overlay(w) -> None:
 
 
 def load_overlay(w, path: str) -> bool:
-    """Colour the graph with the values of node-data file ``path`` (heat metric "node data")."""
+    """Colour the graph with the values of node-data file ``path`` (heat metric "node data"). Keys of the
+    opened graph colour the kernels made from them (the sum of their origins' values); the colouring
+    follows every later edit (``follow_overlay``)."""
     try:
-        data = read_node_data(path, w.session.graph)
+        keyed = read_values(Path(path), w.session.graph)
     except StudioError as e:
         w.say(f"Could not load node data from {path}", error=True, detail=str(e))
         return False
-    w.view.set_overlay(data.values, data.name)
+    w.node_data = (w.session, keyed, Path(path).stem)
+    data = follow_overlay(w)
     w.actions_.heat_metric["overlay"].setEnabled(True)
     w.set_heat_metric("overlay")
     w.statusBar().showMessage(f"node data {data.describe()}", 10000)
     return True
+
+
+def follow_overlay(w):
+    """Map the loaded node data onto the session's current graph through its lineage (after an edit)."""
+    if w.node_data is None or w.node_data[0] is not w.session:
+        return None
+    s, keyed, name = w.node_data
+    data = map_values(keyed, s.graph, name, lineage=(s.graph_at(0), s.origins))
+    label = f"{name} ({data.aggregate} over the original kernels each was made from)" if data.aggregate else name
+    w.view.set_overlay(data.values, label)
+    return data
 
 
 def choose_save_overlay(w) -> None:

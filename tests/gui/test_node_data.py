@@ -63,3 +63,22 @@ def test_node_data_legend_numbers_read_plainly():
     assert number_label(155_900.0) == "155,900" and number_label(-2.5e6) == "-2,500,000"
     assert number_label(3.14159) == "3.142" and number_label(0) == "0" and number_label(0.0125) == "0.0125"
     assert number_label(2.5e-5) == "2.5×10^-5" and number_label(3e16) == "3×10^16"
+
+
+def test_node_data_keyed_by_original_names_follows_the_fusions(qtbot, make_window, bert_model, tmp_path):
+    """A file keyed by the opened graph's kernel names colours the kernels made from them after the bundled
+    recipe, each with the sum of its origins' values, and the legend says so."""
+    from studio.recipe import run_recipe
+    w = make_window()
+    _open(qtbot, w, bert_model)
+    s, v = w.session, w.view
+    original = list(s.graph.nodes)
+    path = tmp_path / "latency.json"
+    path.write_text(json.dumps({"results": {k: {"value": 1.0} for k in original}}))
+    assert qt_node_data.load_overlay(w, str(path))
+    run_recipe(s)
+    w.refresh()
+    assert set(v.overlay_values) == set(s.graph.nodes)                  # every kernel has a value
+    for kernel in list(s.graph.nodes)[:40]:
+        assert v.overlay_values[kernel] == len(s.origins(kernel))       # sum of its originals' ones
+    assert "(sum over the original kernels each was made from) per box" in v.legend.caption
