@@ -39,6 +39,7 @@ Qt:
 - ``qt_graph_items.py`` box, frame and edge items (level-of-detail drawing)
 - ``qt_overlays.py``    heatmap legend, minimap
 - ``qt_peak.py``        the Memory figure's peak bytes per graph, computed off the GUI thread
+- ``outline.py``, ``qt_outline.py``  the Outline dock: layers × forward/grad/update with their figures
 - ``qt_transformations.py``, ``qt_ranking.py``  the Transformations dock and its background ranking
 - ``qt_movement.py``    the Data movement dock (totals, kernel table, trend plot)
 - ``qt_kernel_tables.py``  the kernel tables' shared rows model and selection sync

@@ -40,6 +40,7 @@ from studio.gui.qt_timings import QtTimingsDock
 from studio.gui.qt_transformations import QtTransformationsDock
 from studio.gui.qt_workers import QtTask, QtTaskBar
 from studio.gui.qt_ranking import QtRanker
+from studio.gui.qt_outline import QtOutlineDock
 from studio.gui.qt_peak import QtPeakMemory
 from studio.gui.qt_training_dialog import offer_training
 from studio.gui.ranking import preview
@@ -90,7 +91,7 @@ class QtMainWindow(QMainWindow):
         self.recent = qt_menus.RecentFiles(self.settings)
         self.recent.fill(self.recent_menu, self.open_model)
         for dock in (self.transformations, self.movement, self.timings, self.properties, self.history,
-                     self.minimap_dock):
+                     self.outline, self.minimap_dock):
             self.docks_menu.addAction(dock.toggleViewAction())
         self._build_toolbar()
         self._connect()
@@ -111,6 +112,7 @@ class QtMainWindow(QMainWindow):
         self.timings = QtTimingsDock(self)
         self.profiling = QtProfiling(self)
         self.history = QtHistoryDock(self.stack, self)
+        self.outline = QtOutlineDock(self)
         self.minimap_dock = QDockWidget("Minimap", self)
         self.minimap_dock.setObjectName("dock.minimap")
         self.minimap = QtMinimap(self.view)
@@ -121,6 +123,7 @@ class QtMainWindow(QMainWindow):
         self.addDockWidget(right, self.properties)
         self.tabifyDockWidget(self.transformations, self.properties)
         self.transformations.raise_()
+        self.addDockWidget(left, self.outline)
         self.addDockWidget(left, self.history)
         self.addDockWidget(left, self.minimap_dock)
         self.addDockWidget(bottom, self.movement)
@@ -286,6 +289,7 @@ class QtMainWindow(QMainWindow):
         kept = s.follow(self.view.selected_ids(), shown) if shown is not None and shown <= len(s.steps) else None
         self.view.set_graph(g, ledger, select=kept)
         qt_node_data.follow_overlay(self)
+        self.outline.refresh()
         bound = s.metrics().bound
         self.movement.set_figures(g, ledger, bound, self.peaks.of(g), s.trend(), s.cursor)
         self.find_bar.set_graph(g)

@@ -9,7 +9,8 @@ A kernel's *scope path* comes from its name (``scope_path``):
   prefixes such as ``fused:`` are dropped, so derived kernels stay in their scope).
 
 The *raw* tree has one group per scope path (``group:`` + the path), children in the
-order of their first kernel. Each raw group is then *realized* bottom-up: a group with
+order of their first kernel; a numbered group is labelled with its parent's name (``layer 7``,
+not ``7``). Each raw group is then *realized* bottom-up: a group with
 one child is replaced by that child (no singleton boxes; a group keeps the joined
 label, ``intermediate/dense``), and a group with more than ``max_children`` children
 is split into chunks of about ``chunk`` children each (by pass, in topological
@@ -104,7 +105,7 @@ class _Raw:
             child = ROOT + "/".join(path[: k + 1])
             if child not in self.children:
                 self.children[child] = []
-                self.label[child] = path[k]
+                self.label[child] = f"{path[k - 1]} {path[k]}" if k and path[k].isdigit() else path[k]
                 self.children[key].append(child)
             key = child
         return key

@@ -138,3 +138,14 @@ def test_an_untouched_tree_is_reused_and_a_touched_kernel_rebuilds_only_its_grou
     assert all(again.groups[k] is not tree.groups[k] for k in tree.chain[kernel])   # realized again
     inner = [k for k in tree.groups if k != ROOT and tree.chain[k][:3] == (ROOT, "group:layer", "group:layer/output")]
     assert inner and all(again.groups[k] is tree.groups[k] for k in inner)          # elsewhere: shared
+
+
+def test_a_numbered_group_is_named_with_its_family(tmp_path):
+    """Layers read as "layer 1", not "1", on their plates and boxes."""
+    from studio.session import Session
+    from tests.peer.hf_style_models import save_bert_stack
+    save_bert_stack(tmp_path / "bert2.onnx", layers=2)
+    s = Session.open(tmp_path / "bert2.onnx", training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    tree = ScopeTree(s.graph)
+    labels = {g.label for g in tree.groups.values()}
+    assert {"layer 0", "layer 1"} <= labels and not {"0", "1"} & labels

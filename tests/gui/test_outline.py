@@ -1,0 +1,54 @@
+"""The Outline dock (``outline``, ``qt_outline``) on a 3-layer BERT built here: one row per layer plus the
+kernels outside layers, each split into forward, grad and update with kernels, bytes and share; the rows
+cover every kernel once; the filter hides other layers; a click selects and frames a layer's kernels."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from studio.gui.outline import OUTSIDE, outline, phase_of
+from studio.session import Session
+from tests.peer.hf_style_models import save_bert_stack
+from transforms.phases import forward_kernels
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    path = tmp_path_factory.mktemp("outline") / "bert3.onnx"
+    save_bert_stack(path, layers=3)
+    return path
+
+
+def test_the_outline_covers_every_kernel_by_layer_and_phase(stack):
+    s = Session.open(stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    rows = outline(s.graph, s.ledger)
+    assert [r.label for r in rows] == ["layer 0", "layer 1", "layer 2", OUTSIDE]
+    kernels = [i for r in rows for c in r.children for i in c.kernels]
+    assert sorted(kernels) == sorted(s.graph.nodes)
+    assert abs(sum(r.share for r in rows) - 1) < 1e-9 and sum(r.bytes for r in rows) == s.ledger.total.bytes
+    layer = rows[1]
+    assert [c.label for c in layer.children] == ["forward", "grad", "update"]
+    update = layer.children[2]
+    assert all(any(s.graph.containers[m.container].role.value in ("parameter", "optimizer_state")
+                   for m in s.graph.nodes[i].outputs if m is not None) for i in update.kernels)
+    forward = forward_kernels(s.graph)
+    assert set(layer.children[0].kernels) <= forward and not set(layer.children[1].kernels) & forward
+    assert all(phase_of(s.graph, i, forward) == "grad" for i in layer.children[1].kernels)
+
+
+def test_the_outline_dock_filters_and_frames_a_layer(qtbot, make_window, stack):
+    w = make_window()
+    s = Session.open(stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    w.set_session(s)
+    w.outline.show()
+    w.outline.raise_()
+    qtbot.waitUntil(lambda: w.outline.tree.topLevelItemCount() == 4, timeout=30_000)
+    top = [w.outline.tree.topLevelItem(k) for k in range(4)]
+    assert [t.text(0) for t in top] == ["layer 0", "layer 1", "layer 2", OUTSIDE]
+    assert top[1].childCount() == 3 and top[1].text(4).endswith("%")
+    w.outline.filter.setText("layer 1")
+    assert [t.isHidden() for t in top] == [True, False, True, True]
+    qtbot.waitUntil(lambda: w.view.task is None, timeout=60_000)
+    w.outline.tree.itemClicked.emit(top[1], 0)
+    row = top[1].data(0, Qt.ItemDataRole.UserRole)
+    assert set(w.view.selected_ids()) == set(row.kernels)
