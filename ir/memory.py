@@ -373,6 +373,12 @@ def sharing(graph: Graph) -> Sharing:
     return _once(graph, "sharing", lambda: Sharing(graph))
 
 
+def analysis(graph: Graph, what: str, make):
+    """``make()``, built once per graph while ``graph`` is held (see ``holding``): for other analyses of an
+    unchanging graph than lifetimes (the forward kernels, schedule positions). Do not edit the result."""
+    return _once(graph, what, make)
+
+
 def _is_held(graph: Graph) -> bool:
     held = _held.get()
     return held is not None and (held[0] is graph or _alias.get() is graph)

@@ -32,6 +32,7 @@ of a candidate in place: a worker thread may rank while the GUI reads the lists.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from typing import Iterable, Iterator
 
 from ir.graph import Graph
@@ -45,7 +46,13 @@ Key = tuple  # (transformation name, repr of the instance, anchors)
 
 
 def key_of(t: Transformation, m: Match) -> Key:
-    return (t.name, repr(t), m.anchors)
+    return (*_instance_key(t), m.anchors)
+
+
+@lru_cache(maxsize=4096)
+def _instance_key(t: Transformation) -> tuple[str, str]:
+    """(name, repr) of a transformation instance (frozen dataclasses: equal instances share it)."""
+    return t.name, repr(t)
 
 
 def default_instances() -> list[Transformation]:
@@ -100,6 +107,7 @@ class MatchIndex:
         # class -> (a member's ranking or check, its layer's family and index, what the ranking read or None)
         self._classes: dict[tuple, tuple[engine.Ranked, Family, int, tuple[str, ...] | None]] = {}
         self._checked: dict[Key, engine.Ranked] = {}      # check verdicts whose Δ is not predicted yet
+        self._class_of: dict[Key, tuple | None] = {}      # candidate -> its class (class_key)
         if not _empty:
             for t in self.instances:
                 self._find(t, None)
@@ -137,6 +145,7 @@ class MatchIndex:
         hood = neighbourhood(self.graph, graph, app)
         touched = {layer_of(i) for i in hood}
         new._hashes = {k: h for k, h in self._hashes.items() if k not in touched}
+        new._class_of = {k: c for k, c in self._class_of.items() if c is None or layer_of(k[2][0]) not in touched}
         stale: set[Key] = set()
         for ident in hood:
             stale |= new._by_node.get(ident, frozenset())
@@ -193,7 +202,13 @@ class MatchIndex:
 
     def class_key(self, t: Transformation, m: Match) -> tuple | None:
         """The candidate's class among equal layers (see the module docstring): None when its anchors
-        do not all lie in one layer of a repeated family."""
+        do not all lie in one layer of a repeated family. Kept per candidate."""
+        k = key_of(t, m)
+        if k not in self._class_of:
+            self._class_of[k] = self._class_key(t, m)
+        return self._class_of[k]
+
+    def _class_key(self, t: Transformation, m: Match) -> tuple | None:
         where = {layer_of(a) for a in m.anchors}
         if len(where) != 1 or None in where:
             return None

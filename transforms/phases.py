@@ -11,6 +11,7 @@ Used by ``recompute`` (backward readers of forward activations) and ``mixed_prec
 """
 from __future__ import annotations
 
+from ir import memory
 from ir.containers import Role
 from ir.graph import Graph
 
@@ -20,8 +21,13 @@ def has_loss(graph: Graph) -> bool:
     return any(graph.containers[n].role is Role.OUTPUT for n in graph.outputs)
 
 
-def forward_kernels(graph: Graph) -> set[str]:
-    """Ids of the kernels the loss depends on (empty when the graph has no loss)."""
+def forward_kernels(graph: Graph) -> frozenset[str]:
+    """Ids of the kernels the loss depends on (empty when the graph has no loss); built once while the graph
+    is held (``ir.memory.holding``: a ranking checks many recomputations on one graph)."""
+    return memory.analysis(graph, "forward_kernels", lambda: _forward_kernels(graph))
+
+
+def _forward_kernels(graph: Graph) -> frozenset[str]:
     stack = [graph.producer(n) for n in graph.outputs if graph.containers[n].role is Role.OUTPUT]
     seen: set[str] = set()
     while stack:
@@ -30,7 +36,7 @@ def forward_kernels(graph: Graph) -> set[str]:
             continue
         seen.add(node.id)
         stack.extend(graph.predecessors(node))
-    return seen
+    return frozenset(seen)
 
 
 __all__ = ["forward_kernels", "has_loss"]

@@ -142,8 +142,7 @@ class Recompute(Transformation):
             why = self._not_cheap(graph, p) or _planned(graph, p, targets) or _kept_alive(graph, p, c, targets)
         if why is not None:
             return fail(why, p.id, c.id)
-        order = graph.topo_order()
-        pos = {n.id: k for k, n in enumerate(order)}
+        pos = _positions(graph)
         readers = {r.id: r for t in targets for r in graph.consumers(t) if pos[r.id] >= pos[c.id]}
         return _Plan(p, c, targets, tuple(sorted(readers.values(), key=lambda r: pos[r.id])), memory.lifetimes(graph))
 
@@ -152,8 +151,8 @@ class Recompute(Transformation):
             return "the graph has no loss output (role 'output'): forward and backward cannot be told apart"
         if c.id in forward_kernels(graph):
             return f"'{c.id}' is part of the forward pass (the loss depends on it); recompute serves backward readers"
-        order = [n.id for n in graph.topo_order()]
-        distance = order.index(c.id) - order.index(p.id)
+        pos = _positions(graph)
+        distance = pos[c.id] - pos[p.id]
         if distance < self.min_distance:
             return (f"'{c.id}' runs {distance} kernel(s) after '{p.id}' (< min_distance={self.min_distance}): "
                     "keeping the activation costs little")
@@ -193,6 +192,11 @@ class Recompute(Transformation):
 
     def figures(self, before: Graph, after: Graph) -> dict[str, Any]:
         return {"peak_before": memory.peak_bytes(before), "peak_after": memory.peak_bytes(after)}
+
+
+def _positions(graph: Graph) -> dict[str, int]:
+    """Kernel id -> its place in the schedule (built once while the graph is held)."""
+    return memory.analysis(graph, "positions", lambda: {n.id: k for k, n in enumerate(graph.topo_order())})
 
 
 def _planned(graph: Graph, p: ComputeNode, targets: tuple[str, ...]) -> str | None:
@@ -248,7 +252,7 @@ def _slice(graph: Graph, p: MapNode, targets: set[str], at: int, lives: dict) ->
 
 def _kept_alive(graph: Graph, p: ComputeNode, c: ComputeNode, targets: tuple[str, ...]) -> str | None:
     """Why recomputing is not worth it: the clone keeps more input bytes alive than it frees."""
-    at = graph.topo_order().index(c)
+    at = _positions(graph)[c.id]
     lives = memory.lifetimes(graph)
     reads = p.input_names() if isinstance(p, OpNode) else _slice(graph, p, set(targets), at, lives).input_names()
     own = set(p.output_names())                # read back by the clone from its own copies

@@ -107,9 +107,8 @@ def drop_unused(graph: Graph, names: Iterable[str]) -> None:
 def accessors(graph: Graph, container: str) -> list[ComputeNode]:
     """The producer (first, if any) and the consumers of ``container``, in graph order."""
     prod = graph.producer(container)
-    order = {ident: k for k, ident in enumerate(graph.nodes)}
     users = sorted((c for c in graph.consumers(container) if prod is None or c.id != prod.id),
-                   key=lambda n: order[n.id])
+                   key=lambda n: graph.nodes.label(n.id))
     return ([prod] if prod is not None else []) + users
 
 
