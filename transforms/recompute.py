@@ -87,20 +87,22 @@ class Recompute(Transformation):
         order = graph.topo_order()
         pos = {n.id: k for k, n in enumerate(order)}
         fwd = forward_kernels(graph)
+        outputs = frozenset(graph.outputs)
         wanted = None if within is None else set(within)
         for p in order:
-            for c in self._far_readers(graph, p, pos, fwd):
+            for c in self._far_readers(graph, p, pos, fwd, outputs):
                 if wanted is not None and p.id not in wanted and c.id not in wanted:
                     continue
                 if isinstance(p, OpNode) and self._not_cheap(graph, p) is not None:
                     break
                 yield self.match(p.id, c.id, label=f"recompute '{p.id}' before '{c.id}'")
 
-    def _far_readers(self, graph: Graph, p: ComputeNode, pos: dict, fwd: set[str]) -> list[ComputeNode]:
+    def _far_readers(self, graph: Graph, p: ComputeNode, pos: dict, fwd: frozenset[str],
+                     outputs: frozenset[str]) -> list[ComputeNode]:
         """Per transient output of ``p``: its first backward reader ``min_distance`` or more later."""
         out: dict[str, ComputeNode] = {}
         for m in p.outputs:
-            if m is None or m.container in graph.outputs or not graph.containers[m.container].is_transient:
+            if m is None or m.container in outputs or not graph.containers[m.container].is_transient:
                 continue
             far = [c for c in graph.consumers(m.container)
                    if c.id not in fwd and pos[c.id] - pos[p.id] >= self.min_distance]

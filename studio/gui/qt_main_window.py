@@ -301,7 +301,7 @@ class QtMainWindow(QMainWindow):
                                    f"{len(g.nodes)} kernels")
         if self.transformations.diff.toPlainText():
             self.transformations.show_preview(None)
-        self.schedule_rank()
+        self.ranker.rank()                  # a new graph: rank now (selection and scrolling are debounced)
 
     def _count_exported(self) -> None:
         graph = self.session.graph
@@ -505,14 +505,15 @@ class QtMainWindow(QMainWindow):
         self.say("dcstudio: a data-centric optimization studio for ONNX training graphs.")
 
     # --- tasks, messages, settings ------------------------------------------------------
-    def run_task(self, title: str, fn, *, track: bool = True, context=None) -> QtTask:
-        """Run ``fn(token, progress)`` on the thread pool (see ``QtTask``); started, listed until it ends."""
+    def run_task(self, title: str, fn, *, track: bool = True, context=None, pool=None) -> QtTask:
+        """Run ``fn(token, progress)`` on the thread pool (or ``pool``; see ``QtTask``); started, listed until
+        it ends."""
         task = QtTask(title, fn, context)
         self.tasks.add(task)
         task.finished.connect(self._task_finished)
         if track:
             self.task_bar.track(task)
-        return task.start()
+        return task.start(pool)
 
     def _task_finished(self) -> None:
         self.tasks.discard(self.sender())

@@ -11,13 +11,14 @@ the state after an apply only ranks the matches not ranked before. While the lis
 ranked on an earlier graph (an apply, undo or redo since), the dock marks it out of date
 (``set_stale``) until the new ranking reaches it; nothing waits for it. Zoomed out over more
 than ``VIEWPORT_MAX`` kernels, the Viewport group is left to the Whole graph one. A child of the window; it reaches the window
-through ``parent()`` (no Python reference cycle).
+through ``parent()`` (no Python reference cycle). Rankings run on the ranker's own one-thread pool, so a new
+graph's ranking starts at once instead of waiting behind layouts and figures on the shared pool.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QThreadPool, QTimer
 
 from studio.gui.qt_workers import QtTask
 from studio.gui.ranking import rank_groups
@@ -35,6 +36,8 @@ class QtRanker(QObject):
         self.timer = QTimer(self, singleShot=True, interval=delay_ms)
         self.timer.timeout.connect(self.rank)
         self.shown = None                    # the graph the listing on show was ranked on
+        self.pool = QThreadPool(self)        # its own thread: never queued behind layouts and figures
+        self.pool.setMaxThreadCount(1)
 
     def schedule(self, delay_ms: int | None = None) -> None:
         self._mark()
@@ -67,13 +70,15 @@ class QtRanker(QObject):
             self._show(self.cache[key][1], graph)
             return
         self._mark()
+        if self.task is not None and self.task.context["key"] == key and self.task.context["graph"] is graph:
+            return                           # already ranking exactly this: let it finish
         if self.task is not None:
             self.task.cancel()
         session = w.session
         task = w.run_task("Ranking matches", lambda token, progress: rank_groups(
             graph, sel, vp, token=token, progress=progress, index=session.match_index(graph),
             on_group=lambda label, rows: progress.partial((label, rows))), track=False,
-            context={"key": key, "graph": graph, "shown": {}})
+            context={"key": key, "graph": graph, "shown": {}}, pool=self.pool)
         task.progressed.connect(self._progress)
         task.partial.connect(self._part)
         task.succeeded.connect(self._done)
