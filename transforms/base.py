@@ -115,6 +115,12 @@ class Transformation:
         planned fusion's built kernel); ``engine.apply`` hands it to ``rewrite_prepared``."""
         return self.check(graph, match), None
 
+    def predict(self, graph: Graph, match: Match) -> Any:
+        """The Δ-estimate of applying at ``match`` (a passed check assumed) computed without a rewrite, or
+        None (default): ranking then applies the match to a sharing copy (``engine.trial``). A
+        transformation that overrides it must predict exactly the trial's Δ (tested per transformation)."""
+        return None
+
     def affected_prepared(self, graph: Graph, match: Match, prepared: Any) -> tuple[str, ...]:
         """``affected`` given what ``prepare`` returned on this same graph (default: ignores it)."""
         return self.affected(graph, match)

@@ -168,12 +168,17 @@ def rank_one(graph: Graph, t: Transformation, m: Match, predict: bool = True) ->
     """One candidate's check and (``predict``) predicted Δ: one check, one rewrite on a sharing copy
     (without the transformation's figures: the ranking reads the Δ only). A transformation that never
     changes what kernels move (``moves_bytes`` false: buffer sharing) is predicted from its check alone:
-    its Δ is zero."""
+    its Δ is zero; one that can predict its Δ without rewriting (``Transformation.predict``: expand) is
+    checked, then predicted."""
     if not predict or not t.moves_bytes:
         res = t.check(graph, m)
         return Ranked(t, m, res.ok, res.reason, Estimate() if predict and res.ok else None)
     try:
-        return Ranked(t, m, True, "", trial(graph, t, m, figures=False)[0].delta)
+        res = t.check(graph, m) if type(t).predict is not Transformation.predict else None
+        if res is not None and not res.ok:
+            return Ranked(t, m, False, res.reason, None)
+        delta = t.predict(graph, m) if res is not None else None
+        return Ranked(t, m, True, "", delta if delta is not None else trial(graph, t, m, figures=False)[0].delta)
     except MatchFailure as e:
         return Ranked(t, m, False, _reason(e), None)
     except StudioError as e:

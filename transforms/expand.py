@@ -25,6 +25,7 @@ from typing import ClassVar, Iterable, Iterator
 
 from ir import lowering
 from ir.graph import Graph
+from ir.movement import Estimate, kernel_estimate
 from ir.nodes import OpNode
 from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
 from transforms.registry import register
@@ -56,6 +57,11 @@ class Expand(Transformation):
         if reason is not None:
             return fail(reason, node.id)
         return OK
+
+    def predict(self, graph: Graph, match: Match) -> Estimate:
+        """The map's figures less the op's: the expansion ``rewrite`` inserts, built without the graph copy."""
+        node = graph.nodes[match.anchors[0]]
+        return kernel_estimate(graph, lowering.expand(graph, node, self.impl or None)) - kernel_estimate(graph, node)
 
     def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
         m = lowering.expand_node(graph, match.anchors[0], self.impl or None)

@@ -301,7 +301,7 @@ class QtMainWindow(QMainWindow):
                                    f"{len(g.nodes)} kernels")
         if self.transformations.diff.toPlainText():
             self.transformations.show_preview(None)
-        self.ranker.rank()                  # a new graph: rank now (selection and scrolling are debounced)
+        self.schedule_rank()
 
     def _count_exported(self) -> None:
         graph = self.session.graph

@@ -44,3 +44,18 @@ def test_near_misses_name_the_node():
     assert_fails(g, create("expand", {"impl": "blocked"}), create("expand").match("sm"),
                  "has no implementation 'blocked'", "two_pass")
     assert_fails(g, create("expand"), create("expand").match("ghost"), "no node 'ghost'")
+
+
+def test_predicted_delta_is_the_trial_delta():
+    """``Expand.predict`` (the map's figures less the op's, without a graph copy) equals the Δ of applying
+    the match to a copy, for every expandable op of the bundled BERT training step."""
+    from ir.onnx_import import import_model
+    from transforms import engine
+    from transforms.registry import create
+    g = import_model("resources/examples/bert_layer_base_train.onnx")
+    t = create("expand")
+    found = list(t.matches(g))
+    assert len(found) > 100
+    for m in found:
+        assert t.predict(g, m) == engine.trial(g, t, m)[0].delta, m.anchors
+        assert engine.rank_one(g, t, m).delta == t.predict(g, m)
