@@ -132,7 +132,7 @@ def preview(graph: Graph, t: Transformation, match: Match) -> Diff:
 @dataclass(frozen=True)
 class Ranked:
     """A match with its check result and predicted Δ (None when the check fails). ``copies``: the
-    same match in the layers structurally equal to this one's (``MatchIndex.classes``), listed as
+    same match in the layers structurally equal to this one's (``MatchIndex.class_key``), listed as
     one row "× N" whose Δ is this match's, per layer."""
 
     transformation: Transformation
