@@ -62,4 +62,5 @@ class ApplyCommand(QUndoCommand):
             self.session.redo()
 
     def undo(self) -> None:
-        self.session.undo()
+        if self.error is None and not self.pending:      # a command that never applied has nothing to undo
+            self.session.undo()

@@ -60,7 +60,7 @@ def apply_on_equal_layers(window, r) -> bool:
     name, anchors = r.transformation.name, r.match.anchors
     family, index = layer_of(anchors[0])
     layer, targets = family.key(index), copy_layers(r)
-    start = stack.index()
+    start, applied = stack.index(), s.cursor
     stack.beginMacro(f"{name} on {1 + len(targets)} equal layers ({layer} → {', '.join(targets)})")
     cmd = ApplyCommand(s, name, anchors, r.transformation.params())
     stack.push(cmd)
@@ -76,6 +76,8 @@ def apply_on_equal_layers(window, r) -> bool:
         if stack.index() > start:         # undo the half that applied, and drop the macro (obsolete on undo)
             stack.command(start).setObsolete(True)
             stack.undo()
+        while s.cursor > applied:         # Qt dropped the macro with its failed part: take back what applied
+            s.undo()
         window.say(f"{name} could not be applied on the equal layers", error=True, detail=error.summary)
         return False
     return True

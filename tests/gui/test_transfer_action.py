@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 
 from studio.session import Session
 from tests.peer.hf_style_models import save_bert_stack
-from transforms.layers import Family, equal_group, layer_hash, layer_of
+from transforms.layers import Family, equal_group, equal_layers, layer_hash, layer_of, layers
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +71,56 @@ def test_a_row_for_equal_layers_applies_on_all_of_them(make_window, stack_model,
         assert layer_hash(s.graph, family, layer_of(m.anchors[0])[1]) == layer_hash(s.graph, family, first)
     w.actions_.undo.trigger()
     assert s.cursor == 0 and s.metrics().bytes == before and w.stack.index() == 0
+
+
+def test_a_failed_row_for_equal_layers_leaves_the_session_as_it_was(make_window, stack_model, qtbot, monkeypatch):
+    """When the match of a "× N" row no longer applies (its kernel is gone), nothing is applied, the steps
+    before stay, and the undo stack is as it was."""
+    from dataclasses import replace
+    from transforms.base import Match
+    said = []
+    w = make_window()
+    monkeypatch.setattr(w, "say", lambda text, **kw: said.append(text))
+    s = Session.open(stack_model, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    w.set_session(s)
+    from transforms.registry import create
+    expand = create("expand")
+    outside = next(m for m in expand.matches(s.graph) if layer_of(m.anchors[0]) is None)
+    assert w.apply_step("expand", outside.anchors)                 # a step before, outside the layers
+    w.ranker.schedule(0)
+    qtbot.waitUntil(lambda: any(r.copies and r.delta is not None for r in w.transformations.rows()), timeout=120_000)
+    r = next(r for r in w.transformations.rows() if r.ok and r.copies)
+    gone = replace(r, match=Match(r.match.transformation, ("/layer.0/no-such-kernel",), r.match.label))
+    steps, index, moved = s.cursor, w.stack.index(), s.metrics().bytes
+    assert not w.apply(gone)
+    assert said and "could not be applied" in said[-1]
+    assert s.cursor == steps == 1 and w.stack.index() == index and w.stack.count() == index
+    assert s.metrics().bytes == moved and s.steps[0].transformation == "expand"
+
+
+def test_a_failed_repeat_undoes_only_its_own_apply(make_window, stack_model, qtbot, monkeypatch):
+    """The row's match applies, then repeating it fails (a layer that is not equal): the macro's undo takes
+    back that apply only, never the step before it."""
+    from dataclasses import replace
+    from transforms.base import Match
+    from transforms.registry import create
+    said = []
+    w = make_window()
+    monkeypatch.setattr(w, "say", lambda text, **kw: said.append(text))
+    s = Session.open(stack_model, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    w.set_session(s)
+    outside = next(m for m in create("expand").matches(s.graph) if layer_of(m.anchors[0]) is None)
+    assert w.apply_step("expand", outside.anchors)
+    w.ranker.schedule(0)
+    qtbot.waitUntil(lambda: any(r.copies and r.delta is not None for r in w.transformations.rows()), timeout=120_000)
+    r = next(r for r in w.transformations.rows() if r.ok and r.copies)
+    family, here = layer_of(r.match.anchors[0])
+    unequal = next(k for k in layers(s.graph)[family] if k != here and k not in equal_layers(s.graph, family, here))
+    bad = replace(r, copies=(Match(r.match.transformation, tuple(family.rename(a, here, unequal)
+                                                                for a in r.match.anchors), r.match.label),))
+    moved = s.metrics().bytes
+    assert not w.apply(bad)
+    assert said and "could not be applied on the equal layers" in said[-1]
+    assert s.cursor == 1, (s.cursor, w.stack.index(), w.stack.count(), [w.stack.text(k) for k in range(w.stack.count())])
+    assert s.steps[0].anchors == outside.anchors and s.metrics().bytes == moved
+    assert w.stack.index() == 1 and w.stack.count() == 1
