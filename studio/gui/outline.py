@@ -1,7 +1,8 @@
 """The Outline: a training step as layers × phases, with their figures (no Qt here).
 
 Rows are the layers of the step's repeated families (``transforms.layers``: ``layer 0`` … ``layer 11``,
-``blocks 3``), then the kernels outside every layer ("outside layers": embeddings, loss, head). Each
+``blocks 3``), then the kernels outside every layer ("outside layers": embeddings, loss, head); a model without repeated
+layers is one row, "whole step". Each
 row's children are its phases:
 
 - **forward**: kernels the loss depends on (``transforms.phases.forward_kernels``);
@@ -24,6 +25,7 @@ from transforms.phases import forward_kernels
 
 PHASES = ("forward", "grad", "update")
 OUTSIDE = "outside layers"
+WHOLE = "whole step"          # a model without repeated layers: one row, split by phase
 _UPDATED = (Role.PARAMETER, Role.OPTIMIZER_STATE, Role.STATISTIC)
 
 
@@ -59,13 +61,13 @@ def outline(graph: Graph, ledger: Ledger, seconds: Mapping[str, float] | None = 
         for phases in rows.values():
             for p, row in phases.items():
                 merged[p].kernels += row.kernels
-        rows = {(1, OUTSIDE, 0): merged}
+        rows = {(1, WHOLE, 0): merged}
     total = sum(e.bytes for e in ledger.kernels.values()) or 1
     out = []
     for (_, stem, index), phases in sorted(rows.items()):
         children = [_figures(row, ledger, seconds, total) for row in phases.values() if row.kernels]
         kernels = [i for row in children for i in row.kernels]
-        label = stem if stem == OUTSIDE else f"{stem} {index}"
+        label = stem if stem in (OUTSIDE, WHOLE) else f"{stem} {index}"
         out.append(_figures(OutlineRow(label, kernels, children=children), ledger, seconds, total))
     return out
 

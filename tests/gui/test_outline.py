@@ -52,3 +52,11 @@ def test_the_outline_dock_filters_and_frames_a_layer(qtbot, make_window, stack):
     w.outline.tree.itemClicked.emit(top[1], 0)
     row = top[1].data(0, Qt.ItemDataRole.UserRole)
     assert set(w.view.selected_ids()) == set(row.kernels)
+
+
+def test_a_model_without_repeated_layers_is_one_row_by_phase():
+    from studio.gui.outline import WHOLE
+    s = Session.open("resources/examples/bert_layer_base_train.onnx", autosave=False)
+    rows = outline(s.graph, s.ledger)
+    assert [r.label for r in rows] == [WHOLE] and [c.label for c in rows[0].children] == ["forward", "grad", "update"]
+    assert len(rows[0].kernels) == len(s.graph.nodes) and abs(rows[0].share - 1) < 1e-9
