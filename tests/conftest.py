@@ -56,3 +56,13 @@ def fixtures_dir() -> Path:
     if not (FIXTURES / "README.md").is_file():
         pytest.fail(f"the fixtures folder {FIXTURES} is missing: it is part of the repository (git checkout it)")
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def bert3_stack(tmp_path_factory) -> Path:
+    """A 3-layer BERT-style training stack built here (``tests.peer.hf_style_models.save_bert_stack``): the
+    model file the layer, transfer, lineage, ranking-class and outline tests share (read only)."""
+    from tests.peer.hf_style_models import save_bert_stack
+    path = tmp_path_factory.mktemp("stack") / "bert3.onnx"
+    save_bert_stack(path, layers=3)
+    return path

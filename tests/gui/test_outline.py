@@ -3,24 +3,15 @@ kernels outside layers, each split into forward, grad and update with kernels, b
 cover every kernel once; the filter hides other layers; a click selects and frames a layer's kernels."""
 from __future__ import annotations
 
-import pytest
 from PySide6.QtCore import Qt
 
 from studio.gui.outline import OUTSIDE, outline, phase_of
 from studio.session import Session
-from tests.peer.hf_style_models import save_bert_stack
 from transforms.phases import forward_kernels
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    path = tmp_path_factory.mktemp("outline") / "bert3.onnx"
-    save_bert_stack(path, layers=3)
-    return path
-
-
-def test_the_outline_covers_every_kernel_by_layer_and_phase(stack):
-    s = Session.open(stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+def test_the_outline_covers_every_kernel_by_layer_and_phase(bert3_stack):
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
     rows = outline(s.graph, s.ledger)
     assert [r.label for r in rows] == ["layer 0", "layer 1", "layer 2", OUTSIDE]
     kernels = [i for r in rows for c in r.children for i in c.kernels]
@@ -36,9 +27,9 @@ def test_the_outline_covers_every_kernel_by_layer_and_phase(stack):
     assert all(phase_of(s.graph, i, forward) == "grad" for i in layer.children[1].kernels)
 
 
-def test_the_outline_dock_filters_and_frames_a_layer(qtbot, make_window, stack):
+def test_the_outline_dock_filters_and_frames_a_layer(qtbot, make_window, bert3_stack):
     w = make_window()
-    s = Session.open(stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
     w.set_session(s)
     w.outline.show()
     w.outline.raise_()

@@ -3,26 +3,17 @@ built here, the action pushes one undoable transfer step that makes the equal la
 tuned one; undo takes it back; with nothing to repeat, the window says why."""
 from __future__ import annotations
 
-import pytest
 from PySide6.QtCore import Qt
 
 from studio.session import Session
-from tests.peer.hf_style_models import save_bert_stack
 from transforms.layers import Family, equal_group, equal_layers, layer_hash, layer_of, layers
 
 
-@pytest.fixture(scope="module")
-def stack_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("stack") / "bert3.onnx"
-    save_bert_stack(path, layers=3)
-    return path
-
-
-def test_repeat_on_equal_layers(make_window, stack_model, monkeypatch):
+def test_repeat_on_equal_layers(make_window, bert3_stack, monkeypatch):
     said = []
     w = make_window()
     monkeypatch.setattr(w, "say", lambda text, **kw: said.append((text, kw.get("detail", ""))))
-    s = Session.open(stack_model, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
     w.set_session(s)
     w.actions_.repeat_layers.trigger()                  # nothing applied yet
     assert said and said[-1][0] == "The last step is not inside one layer"
@@ -43,13 +34,13 @@ def test_repeat_on_equal_layers(make_window, stack_model, monkeypatch):
     assert s.cursor == 2 and s.steps[-1].is_transfer
 
 
-def test_a_row_for_equal_layers_applies_on_all_of_them(make_window, stack_model, qtbot, monkeypatch):
+def test_a_row_for_equal_layers_applies_on_all_of_them(make_window, bert3_stack, qtbot, monkeypatch):
     """The Whole graph listing shows a match of equal layers once, "× N" with the N layers' bytes; Apply
     on it applies the match and repeats it on the other layers as one undoable macro."""
     said = []
     w = make_window()
     monkeypatch.setattr(w, "say", lambda text, **kw: said.append((text, kw.get("detail", ""))))
-    s = Session.open(stack_model, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
     w.set_session(s)
     w.ranker.schedule(0)
     qtbot.waitUntil(lambda: any(r.copies and r.delta is not None for r in w.transformations.rows()), timeout=120_000)
@@ -73,7 +64,7 @@ def test_a_row_for_equal_layers_applies_on_all_of_them(make_window, stack_model,
     assert s.cursor == 0 and s.metrics().bytes == before and w.stack.index() == 0
 
 
-def test_a_failed_row_for_equal_layers_leaves_the_session_as_it_was(make_window, stack_model, qtbot, monkeypatch):
+def test_a_failed_row_for_equal_layers_leaves_the_session_as_it_was(make_window, bert3_stack, qtbot, monkeypatch):
     """When the match of a "× N" row no longer applies (its kernel is gone), nothing is applied, the steps
     before stay, and the undo stack is as it was."""
     from dataclasses import replace
@@ -81,7 +72,7 @@ def test_a_failed_row_for_equal_layers_leaves_the_session_as_it_was(make_window,
     said = []
     w = make_window()
     monkeypatch.setattr(w, "say", lambda text, **kw: said.append(text))
-    s = Session.open(stack_model, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
     w.set_session(s)
     from transforms.registry import create
     expand = create("expand")
@@ -98,7 +89,7 @@ def test_a_failed_row_for_equal_layers_leaves_the_session_as_it_was(make_window,
     assert s.metrics().bytes == moved and s.steps[0].transformation == "expand"
 
 
-def test_a_failed_repeat_undoes_only_its_own_apply(make_window, stack_model, qtbot, monkeypatch):
+def test_a_failed_repeat_undoes_only_its_own_apply(make_window, bert3_stack, qtbot, monkeypatch):
     """The row's match applies, then repeating it fails (a layer that is not equal): the macro's undo takes
     back that apply only, never the step before it."""
     from dataclasses import replace
@@ -107,7 +98,7 @@ def test_a_failed_repeat_undoes_only_its_own_apply(make_window, stack_model, qtb
     said = []
     w = make_window()
     monkeypatch.setattr(w, "say", lambda text, **kw: said.append(text))
-    s = Session.open(stack_model, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
     w.set_session(s)
     outside = next(m for m in create("expand").matches(s.graph) if layer_of(m.anchors[0]) is None)
     assert w.apply_step("expand", outside.anchors)

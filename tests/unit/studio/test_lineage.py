@@ -9,21 +9,11 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
-
 from studio.recipe import run_recipe, tune_one_layer
 from studio.session import Session
-from tests.peer.hf_style_models import save_bert_stack
 from transforms.registry import create
 
 EXAMPLE = "resources/examples/bert_layer_base_train.onnx"
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lineage") / "bert3.onnx"
-    save_bert_stack(path, layers=3)
-    return path
 
 
 def _example(tmp_path):
@@ -64,8 +54,8 @@ def test_the_recipe_accounts_for_every_original_kernel(tmp_path):
     assert max(len(s.origins(i)) for i in s.graph.nodes) > 10      # the fused GEMM epilogues and optimizers
 
 
-def test_a_transfer_composes_lineage_per_layer(stack):
-    s = Session.open(stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+def test_a_transfer_composes_lineage_per_layer(bert3_stack):
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
     tune_one_layer(s)
     g0 = s.graph_at(0)
     transfer = next(k for k, st in enumerate(s.steps, start=1) if st.is_transfer)

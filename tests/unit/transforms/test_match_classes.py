@@ -8,7 +8,6 @@ import pytest
 
 from studio.gui.ranking import copy_layers, rank_groups
 from studio.session import Session
-from tests.peer.hf_style_models import save_bert_stack
 from transforms import engine
 from transforms.layers import equal_layers, layer_of
 from transforms.match_index import key_of
@@ -17,15 +16,8 @@ TRAINING = {"loss": "mse", "optimizer": "adamw"}
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    path = tmp_path_factory.mktemp("stack") / "bert3.onnx"
-    save_bert_stack(path, layers=3)
-    return path
-
-
-@pytest.fixture(scope="module")
-def listed(stack):
-    s = Session.open(stack, training=TRAINING, autosave=False)
+def listed(bert3_stack):
+    s = Session.open(bert3_stack, training=TRAINING, autosave=False)
     index = s.match_index()
     return s, index, rank_groups(s.graph, None, None, index=index)["Whole graph"]
 
@@ -53,8 +45,8 @@ def test_the_whole_graph_lists_each_class_once_with_its_copies(listed):
         assert index.class_key(r.transformation, m) == index.class_key(r.transformation, r.match)
 
 
-def test_an_apply_keeps_the_graph_wide_rankings_outside_the_rewrite(stack):
-    s = Session.open(stack, training=TRAINING, autosave=False)
+def test_an_apply_keeps_the_graph_wide_rankings_outside_the_rewrite(bert3_stack):
+    s = Session.open(bert3_stack, training=TRAINING, autosave=False)
     rows = rank_groups(s.graph, None, None, index=s.match_index())["Whole graph"]
     r = next(r for r in rows if r.ok and r.transformation.name == "transpose_elimination")
     app = s.apply(r.transformation.name, r.match.anchors)
@@ -68,14 +60,14 @@ def test_an_apply_keeps_the_graph_wide_rankings_outside_the_rewrite(stack):
         assert key_of(t, m) in {key_of(t2, m2) for t2, m2 in new.candidates()}
 
 
-def test_ranking_without_checking_first_derives_failed_verdicts_too(stack):
+def test_ranking_without_checking_first_derives_failed_verdicts_too(bert3_stack):
     """``Session.matches`` ranks each candidate directly: a member whose class holds only a failed check's
     verdict takes that verdict (renamed), as ranking it alone says."""
-    s = Session.open(stack, training=TRAINING, autosave=False)
+    s = Session.open(bert3_stack, training=TRAINING, autosave=False)
     index = s.match_index()
     failed = [(t, m) for t, m in index.candidates() if index.class_key(t, m) is not None and not index.check(t, m).ok]
     assert failed
-    fresh = Session.open(stack, training=TRAINING, autosave=False).match_index()
+    fresh = Session.open(bert3_stack, training=TRAINING, autosave=False).match_index()
     for t, m in failed[:60:2]:                  # these classes hold only a check's verdict
         fresh.check(t, m)
     for t, m in failed[:60]:

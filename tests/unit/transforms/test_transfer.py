@@ -12,18 +12,10 @@ import pytest
 from ir.errors import StudioError
 from studio.recipe import run_recipe, tune_one_layer
 from studio.session import Session
-from tests.peer.hf_style_models import save_bert_stack
 from transforms.layers import Family, equal_group, layer_hash, layer_of, layers, parse_key
 from transforms.replay import replay
 
 TRAINING = {"loss": "mse", "optimizer": "adamw"}
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("stack") / "bert3.onnx"
-    save_bert_stack(path, layers=3)
-    return path
 
 
 def _session(model) -> Session:
@@ -43,8 +35,8 @@ def test_layer_names_and_renaming():
         parse_key("layer")
 
 
-def test_layers_are_found_and_compared_structurally(model):
-    g = _session(model).graph
+def test_layers_are_found_and_compared_structurally(bert3_stack):
+    g = _session(bert3_stack).graph
     family = Family("layer")
     groups = layers(g)[family]
     assert sorted(groups) == [0, 1, 2] and all(len(v) > 50 for v in groups.values())
@@ -53,15 +45,15 @@ def test_layers_are_found_and_compared_structurally(model):
     h = {k: layer_hash(g, family, k) for k in groups}
     assert all(h[k] == h[first] for k in others)
     # one changed kernel makes a layer unequal
-    s = _session(model)
+    s = _session(bert3_stack)
     victim = next(i for i in layers(s.graph)[family][others[-1]] if s.graph.nodes[i].op_type == "Softmax")
     s.apply("expand", [victim])
     assert layer_hash(s.graph, family, others[-1]) != layer_hash(s.graph, family, first)
     assert family.key(others[-1]) not in s.equal_layers(family.key(first))
 
 
-def test_tune_one_layer_matches_the_whole_graph_recipe_and_replays(model):
-    plain, tuned = _session(model), _session(model)
+def test_tune_one_layer_matches_the_whole_graph_recipe_and_replays(bert3_stack):
+    plain, tuned = _session(bert3_stack), _session(bert3_stack)
     run_recipe(plain)
     counts = tune_one_layer(tuned)
     assert counts.get("transfer", 0) > 0
@@ -72,15 +64,15 @@ def test_tune_one_layer_matches_the_whole_graph_recipe_and_replays(model):
     a, b = plain.metrics().bytes, tuned.metrics().bytes
     assert abs(b - a) <= 0.01 * a, (a, b)
     # replay on a fresh import: the same graph (hash), every step verified
-    fresh = _session(model).graph
+    fresh = _session(bert3_stack).graph
     reports = replay(fresh, tuned.history())
     assert reports[-1].graph_hash == steps[-1].graph_hash and reports[-1].bytes == b
     result = tuned.validate()
     assert result.ok, result.summary
 
 
-def test_transfer_in_a_session_is_one_undoable_step(model):
-    s = _session(model)
+def test_transfer_in_a_session_is_one_undoable_step(bert3_stack):
+    s = _session(bert3_stack)
     family = Family("layer")
     first, others = equal_group(s.graph, family)
     layer = family.key(first)
@@ -95,22 +87,22 @@ def test_transfer_in_a_session_is_one_undoable_step(model):
     s.undo()
     assert s.metrics().bytes == before
     with pytest.raises(StudioError, match="ran on the whole graph, not on layer"):
-        t = _session(model)
+        t = _session(bert3_stack)
         t.apply_pass("expand")
         t.transfer(layer, 1)
     with pytest.raises(StudioError, match="not structurally equal"):
         s.transfer(layer, 2, to=["layer.7"])
 
 
-def test_a_transfer_that_no_longer_fits_names_the_layer_and_step(model, tmp_path):
-    s = _session(model)
+def test_a_transfer_that_no_longer_fits_names_the_layer_and_step(bert3_stack, tmp_path):
+    s = _session(bert3_stack)
     family = Family("layer")
     first, others = equal_group(s.graph, family)
     layer = family.key(first)
     s.apply_pass("expand", scope=layer)
     s.transfer(layer, 1)
     hist = s.history()
-    g = _session(model).graph
+    g = _session(bert3_stack).graph
     target = family.key(others[0])
     victim = next(i for i in g.nodes if layer_of(i) == (family, others[0]) and g.nodes[i].op_type == "Softmax")
     from transforms import engine
@@ -122,4 +114,4 @@ def test_a_transfer_that_no_longer_fits_names_the_layer_and_step(model, tmp_path
     assert target in s.steps[1].params["to"]
     bad = hist.with_steps([hist.steps[1]])                 # a transfer with nothing before it
     with pytest.raises(StudioError, match="repeats the 1 steps before it, but only 0"):
-        replay(_session(model).graph, bad)
+        replay(_session(bert3_stack).graph, bad)
