@@ -139,21 +139,21 @@ class Recompute(Transformation):
         if not targets:
             return fail(f"'{c.id}' reads only interface containers or graph outputs of '{p.id}' "
                         f"({', '.join(shared)}): they are stored anyway", p.id, c.id)
-        why = self._placement(graph, p, c)
+        pos = _positions(graph)
+        why = self._placement(graph, p, c, pos) or self._not_cheap(graph, p) or _planned(graph, p, targets)
         if why is None:
-            why = self._not_cheap(graph, p) or _planned(graph, p, targets) or _kept_alive(graph, p, c, targets)
+            lives = memory.lifetimes(graph)
+            why = _kept_alive(graph, p, c, targets, lives, pos[c.id])
         if why is not None:
             return fail(why, p.id, c.id)
-        pos = _positions(graph)
         readers = {r.id: r for t in targets for r in graph.consumers(t) if pos[r.id] >= pos[c.id]}
-        return _Plan(p, c, targets, tuple(sorted(readers.values(), key=lambda r: pos[r.id])), memory.lifetimes(graph))
+        return _Plan(p, c, targets, tuple(sorted(readers.values(), key=lambda r: pos[r.id])), lives)
 
-    def _placement(self, graph: Graph, p: ComputeNode, c: ComputeNode) -> str | None:
+    def _placement(self, graph: Graph, p: ComputeNode, c: ComputeNode, pos: dict[str, int]) -> str | None:
         if not has_loss(graph):
             return "the graph has no loss output (role 'output'): forward and backward cannot be told apart"
         if c.id in forward_kernels(graph):
             return f"'{c.id}' is part of the forward pass (the loss depends on it); recompute serves backward readers"
-        pos = _positions(graph)
         distance = pos[c.id] - pos[p.id]
         if distance < self.min_distance:
             return (f"'{c.id}' runs {distance} kernel(s) after '{p.id}' (< min_distance={self.min_distance}): "
@@ -252,10 +252,10 @@ def _slice(graph: Graph, p: MapNode, targets: set[str], at: int, lives: dict) ->
     return finalize(work, graph)
 
 
-def _kept_alive(graph: Graph, p: ComputeNode, c: ComputeNode, targets: tuple[str, ...]) -> str | None:
-    """Why recomputing is not worth it: the clone keeps more input bytes alive than it frees."""
-    at = _positions(graph)[c.id]
-    lives = memory.lifetimes(graph)
+def _kept_alive(graph: Graph, p: ComputeNode, c: ComputeNode, targets: tuple[str, ...], lives: dict,
+                at: int) -> str | None:
+    """Why recomputing is not worth it (given the graph's lifetimes and the consumer's place ``at``): the
+    clone keeps more input bytes alive than it frees."""
     reads = p.input_names() if isinstance(p, OpNode) else _slice(graph, p, set(targets), at, lives).input_names()
     own = set(p.output_names())                # read back by the clone from its own copies
     longer = [n for n in dict.fromkeys(reads) if n is not None and n not in own and lives[n].end < at]
