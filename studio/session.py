@@ -127,6 +127,7 @@ class Session:
         self._hashes = HashCache(keep_nodes=False)    # value and container digests, shared by the states
         self._original_hash: str | None = None
         self._oracle = None           # the original model's oracle, built on the first validate()
+        self._recording = None        # the last profiled graph version's recorded values (profile)
 
     @property
     def original_hash(self) -> str:
@@ -439,16 +440,21 @@ class Session:
         worker captured when it started) on the CPU backend, out of process
         (``codegen.timing.profiler.profile_graph``); ``kernels`` times only those, as a cutout.
         ``cancel()`` returning true stops it (``ProfileCancelled``); ``on_record`` reports the
-        cutout's recording run."""
+        cutout's recording run. A cutout's recorded values are kept for the next cutout of the same graph
+        version (``codegen.timing.cutout.Recording``: profiling deep in a big step records once)."""
         from codegen.numpy_ref.feeds import feeds_for
         from codegen.timing.calibrate import peaks
+        from codegen.timing.cutout import Recording
         from codegen.timing.profiler import profile_graph
         graph = self.graph if graph is None else graph
         wanted = list(kernels) if kernels is not None else None
         feeds = dict(feeds) if feeds is not None else None if wanted is not None else feeds_for(graph)
+        recording = self._recording
+        if wanted is not None and feeds is None and (recording is None or recording.graph is not graph):
+            recording = self._recording = Recording(graph)
         return profile_graph(graph, feeds, kernels=wanted, reps=reps, warmup=warmup, timeout=timeout,
                              threads=threads, peaks=peaks(threads or _default_threads()),
-                             on_progress=on_progress, cancel=cancel, on_record=on_record)
+                             on_progress=on_progress, cancel=cancel, on_record=on_record, recording=recording)
 
     def ab(self, before: int | Graph, after: int | Graph | None = None, *, reps: int = 10, warmup: int = 2,
            threads: int | None = None, cancel: Callable[[], bool] | None = None):

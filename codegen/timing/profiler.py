@@ -139,13 +139,14 @@ def profile_graph(graph: Graph, feeds: Mapping[str, np.ndarray] | None, *, kerne
                   reps: int = 10, warmup: int = 2, timeout: float = 60.0, threads: int | None = None,
                   peaks: Peaks | None = None, plugins: Iterable[str] = (), on_progress: Progress | None = None,
                   cancel: Cancel | None = None, on_record: Progress | None = None,
-                  kernels_off: bool = False) -> Profile:
+                  kernels_off: bool = False, recording=None) -> Profile:
     """Time every kernel of ``graph`` out of process (see the module docstring). ``kernels_off``: also time
-    ``reps`` pairs of steps, whole and with every generated kernel a no-op (``Profile.kernels_off_ns``)."""
+    ``reps`` pairs of steps, whole and with every generated kernel a no-op (``Profile.kernels_off_ns``);
+    ``recording`` (``codegen.timing.cutout.Recording``): a cutout's recorded values, kept for the next one."""
     threads = threads or thread_control.default_threads()
     if kernels is not None:
         from codegen.timing.cutout import cutout
-        graph, feeds = cutout(graph, kernels, feeds, on_progress=on_record, cancel=cancel)
+        graph, feeds = cutout(graph, kernels, feeds, on_progress=on_record, cancel=cancel, recording=recording)
     elif feeds is None:
         from codegen.numpy_ref.feeds import feeds_for
         feeds = feeds_for(graph)

@@ -17,7 +17,8 @@ profile's measurements against them (``TimingReport.with_peaks``).
 
 "Profile selection" profiles a cutout (``codegen.timing.cutout``): the task runs the part of the
 NumPy reference step the selection depends on, recording what the selected kernels read (progress
-and Cancel as it goes), and the worker compiles and times only them. Calibrating the peaks the first time on a machine happens in
+and Cancel as it goes; values recorded for an earlier selection of the same graph version are not made
+again), and the worker compiles and times only them. Calibrating the peaks the first time on a machine happens in
 this process before the worker starts and cannot be interrupted (seconds; it is cached).
 """
 from __future__ import annotations

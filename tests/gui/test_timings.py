@@ -284,6 +284,33 @@ def test_profile_selection_times_only_the_selection(qtbot, window):
     assert "1 of" in dock.coverage.text()
 
 
+def test_profiling_deeper_selections_records_once_per_graph_version(qtbot, window):
+    """Issue 38: a cutout's inputs come from values recorded once per graph version. A second selection whose
+    inputs the first recording made runs nothing upstream (the recording does not grow); after an apply the
+    graph is a new version and is recorded afresh."""
+    w, dock = window, window.timings
+    dock.reps.setValue(2)
+    order = [n.id for n in w.session.graph.topo_order()]
+
+    def profile(kernel: str):
+        w.view.select([kernel])
+        w.actions_.profile_selection.trigger()
+        qtbot.waitUntil(lambda: not w.profiling.busy, timeout=PROFILE_MS)
+        assert [k.node_id for k in w.profiling.report.kernels] == [kernel]
+        return w.session._recording
+
+    first = profile(order[3])
+    kept = dict(first.values)
+    assert first.graph is w.session.graph and kept, "the values upstream of the selection were recorded"
+    assert profile(order[2]) is first and first.values.keys() == kept.keys(), "nothing upstream ran again"
+    from studio.gui.ranking import candidates
+    s = w.session
+    t, m = next((t, m) for t, m in candidates(s.graph, None) if t.check(s.graph, m).ok)
+    assert w.apply_step(t.name, m.anchors, t.params())
+    fresh = profile(next(n.id for n in s.graph.topo_order()[3:]))
+    assert fresh is not first and fresh.graph is s.graph
+
+
 def test_compare_shows_measured_time_per_scope(qtbot, window):
     """Compare's table had bytes only. "Time both sides" profiles the two compared graphs (a side the
     Timings dock already profiled in full is reused) and fills time before/after and their ratio."""

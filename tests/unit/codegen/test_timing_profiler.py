@@ -218,6 +218,31 @@ def test_the_recording_run_reports_progress_and_stops_on_cancel(small):
         profile_graph(g, feeds, kernels=["fc2"], reps=1, warmup=0, threads=1, cancel=lambda: True)
 
 
+def test_a_recording_keeps_the_recorded_values_for_the_next_cutout_of_the_same_graph(small):
+    """Issue 38: the values one cutout recorded feed the next cutout of the same graph version, so a second
+    selection runs no upstream kernel; a recording of another graph, explicit feeds or no room to keep
+    anything fall back to the recording run, and every path hands the cutout the same values."""
+    from codegen.timing.cutout import Recording, cutout
+    g = small[0]
+    plain = {k: cutout(g, [k])[1] for k in ("fc2", "act", "fc1")}
+    for rec in (Recording(g), Recording(g, budget=0)):
+        runs: list[list[tuple[int, int]]] = []
+        for kernel in ("fc2", "act", "fc2", "fc1"):
+            runs.append([])
+            sub, fed = cutout(g, [kernel], recording=rec, on_progress=lambda d, t: runs[-1].append((d, t)))
+            assert set(fed) == set(plain[kernel]) == set(sub.inputs)
+            assert all(np.array_equal(fed[c], plain[kernel][c]) for c in fed), kernel
+        if rec.budget:
+            assert runs == [[(1, 2), (2, 2)], [], [], []], "fc1 and act ran once, for the first cutout"
+            assert rec.nbytes == sum(v.nbytes for v in rec.values.values()) > 0
+        else:
+            assert runs == [[(1, 2), (2, 2)], [(1, 1)], [(1, 2), (2, 2)], []] and not rec.values
+    other = Recording(g.clone())
+    seen: list[tuple[int, int]] = []
+    cutout(g, ["fc2"], recording=other, on_progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(1, 2), (2, 2)] and not other.values, "a recording of another graph version is not used"
+
+
 def test_feeds_for_a_subset_are_deterministic_and_well_formed(small):
     from codegen.numpy_ref.feeds import feeds_for
     g = small[0]
