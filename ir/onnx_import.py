@@ -32,7 +32,7 @@ from ir.memlet import Memlet
 from ir.movement import freeze_bound
 from ir.nodes import OpNode
 from ir.onnx_attrs import UnsupportedAttribute, attrs_from_onnx
-from ir.onnx_load import file_sha256, opset_map, read_model
+from ir.onnx_load import Digest, opset_map, read_model
 from ir.ort_training import functionalize, has_accumulators
 from ir.recurrent import expand_recurrent, has_recurrent
 from ir.shape_fold import infer_folding
@@ -57,7 +57,8 @@ def import_model(path: str | os.PathLike, *, bindings: Mapping[str, int] | None 
                  optimizer: str | os.PathLike | None = None) -> Graph:
     """Import an ONNX file into a Graph (see module docstring)."""
     path = Path(path)
-    model = read_model(path)
+    digest = Digest()
+    model = read_model(path, digest=digest)
     opt_model = None
     if has_accumulators(model):
         opt_path = Path(optimizer) if optimizer else path.with_name("optimizer_model.onnx")
@@ -65,7 +66,7 @@ def import_model(path: str | os.PathLike, *, bindings: Mapping[str, int] | None 
             opt_model = read_model(opt_path)
     graph = import_proto(model, path=str(path), bindings=bindings, optimizer_model=opt_model, copy=False)
     graph.meta["source"] = str(path)
-    graph.meta["sha256"] = file_sha256(path)
+    graph.meta["sha256"] = digest.hexdigest()
     return graph
 
 

@@ -14,9 +14,10 @@ fields cannot be walked is parsed whole, so a corrupt file gets the usual error.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
 from pathlib import Path
-
 
 from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto
@@ -33,8 +34,34 @@ def _fail(path: Path, message: str, hint: str) -> ModelImportError:
     return ModelImportError(f"{message}. {hint}", path=str(path))
 
 
-def read_model(path: str | os.PathLike) -> ModelProto:
-    """Parse ``path`` as an ONNX model and load its external data (confined to its folder)."""
+class Digest:
+    """The SHA-256 of a file's bytes, hashed on a thread while the caller parses them (hashlib
+    releases the GIL: on a 1.2 GB 24-layer step it overlaps the 1 s of hashing with the parse)."""
+
+    CHUNK = 16 << 20
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._hex = ""
+
+    def start(self, blob: bytes) -> None:
+        def work() -> None:
+            h, view = hashlib.sha256(), memoryview(blob)
+            for at in range(0, len(view), self.CHUNK):
+                h.update(view[at:at + self.CHUNK])
+            self._hex = h.hexdigest()
+        self._thread = threading.Thread(target=work, name="dcstudio-sha256", daemon=True)
+        self._thread.start()
+
+    def hexdigest(self) -> str:
+        if self._thread is not None:
+            self._thread.join()
+        return self._hex
+
+
+def read_model(path: str | os.PathLike, *, digest: Digest | None = None) -> ModelProto:
+    """Parse ``path`` as an ONNX model and load its external data (confined to its folder);
+    ``digest`` hashes the file's bytes alongside."""
     path = Path(path)
     try:
         blob = path.read_bytes()
@@ -46,6 +73,8 @@ def read_model(path: str | os.PathLike) -> ModelProto:
         raise _fail(path, f"cannot read the file ({e.strerror})", "Check permissions") from None
     if not blob:
         raise _fail(path, "the file is empty", "Re-export the model")
+    if digest is not None:
+        digest.start(blob)
     model = ModelProto()
     try:
         if len(blob) < PIECES_FROM or not _parse_in_pieces(blob, model):
@@ -167,7 +196,6 @@ def opset_map(model: ModelProto) -> dict[str, int]:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    import hashlib
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+import weakref
 
 from ir.fused_ops import has_epilogue, is_group, members
 from ir.graph import Graph
@@ -115,12 +116,24 @@ def optimizer_title(node: MapNode) -> str:
     return kind + (f" × {len(params)}" if len(params) > 1 else " update")
 
 
+_GROUP_BYTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def group_bytes(tree: ScopeTree, ledger: Ledger) -> dict[str, int]:
+    """Bytes moved by each group of ``tree`` under ``ledger`` (a state's ledger does not change once
+    made), computed once per pair."""
+    kept = _GROUP_BYTES.get(ledger)
+    if kept is None or kept[0] is not tree:
+        kernels = ledger.kernels
+        kept = _GROUP_BYTES[ledger] = (tree, tree.sums(lambda k: kernels[k].bytes if k in kernels else 0))
+    return kept[1]
+
+
 def box_text(graph: Graph, tree: ScopeTree, ledger: Ledger, key: str) -> tuple[str, str]:
     """(title, subtitle) of a box: op type and name, or group label and its size and bytes."""
     if tree.is_group(key):
         g = tree.groups[key]
-        moved = sum((ledger.kernels.get(i, Estimate()) for i in tree.members(key)), Estimate()).bytes
-        return f"⊞ {g.label}", f"{g.size} kernels · {human_bytes(moved)}"
+        return f"⊞ {g.label}", f"{g.size} kernels · {human_bytes(group_bytes(tree, ledger)[key])}"
     node = graph.nodes[key]
     return kernel_title(node), tree.label(key)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ir.movement import Ledger
 from studio.cli import human_bytes
+from studio.gui.describe import group_bytes
 from studio.gui.placement import Placement
 from studio.gui.scope_tree import ScopeTree
 from studio.gui.timings import human_seconds
@@ -91,11 +92,12 @@ def readable_zoom(levels: dict[str, Level]) -> tuple[float, Level | None]:
 
 def plate_text(tree: ScopeTree, ledger: Ledger, key: str, times_us: dict[str, float] | None = None) -> tuple[str, str]:
     """(name, "N kernels · moved · share [· measured time]") of group ``key``."""
-    members = tree.members(key)
-    moved = sum(ledger.kernels[i].bytes for i in members if i in ledger.kernels)
+    size = tree.groups[key].size if tree.is_group(key) else 1
+    moved = group_bytes(tree, ledger).get(key, 0) if tree.is_group(key) else ledger.kernels[key].bytes
     total = ledger.total.bytes or 1
-    line = f"{len(members)} kernels · {human_bytes(moved)} · {100 * moved / total:.1f} %"
+    line = f"{size} kernels · {human_bytes(moved)} · {100 * moved / total:.1f} %"
     if times_us:
+        members = tree.members(key)
         measured = [times_us[i] for i in members if i in times_us]
         if measured:
             line += f" · {human_seconds(sum(measured) * 1e-6)}"

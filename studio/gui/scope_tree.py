@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ir.graph import Graph
 from studio.gui.passes import Pass, classify
@@ -286,12 +286,30 @@ class ScopeTree:
 
     def members(self, item: str) -> list[str]:
         """The kernel ids inside ``item`` (itself when it is a kernel), in graph order."""
-        if item not in self.groups:
-            return [item]
         out: list[str] = []
-        for child in self.groups[item].children:
-            out.extend(self.members(child))
+        todo = [item]
+        while todo:
+            key = todo.pop()
+            if key in self.groups:
+                todo.extend(self.groups[key].children)
+            else:
+                out.append(key)
         return sorted(out, key=self.order.__getitem__)
+
+    def sums(self, value: Callable[[str], float]) -> dict[str, float]:
+        """Every group's sum of ``value(kernel)`` over its members, in one pass over the tree
+        (a 24-layer step's plates and boxes summed their members each, on the GUI thread)."""
+        out: dict[str, float] = {}
+
+        def total(key: str) -> float:
+            if key not in self.groups:
+                return value(key)
+            if key not in out:
+                out[key] = sum(total(c) for c in self.groups[key].children)
+            return out[key]
+        for key in self.groups:
+            total(key)
+        return out
 
     def label(self, item: str) -> str:
         return self.groups[item].label if item in self.groups else self.leaf_label[item]

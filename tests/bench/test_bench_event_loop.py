@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.bench.probe import Gaps
-from tests.bench.scale_models import bert_stack
+from tests.bench.scale_models import bert_large_stack, bert_stack
 
 pytestmark = pytest.mark.bench
 STALL_S = 0.2
@@ -98,14 +98,20 @@ def _whole_graph_ranked(window) -> bool:
             and all(r.delta is not None for r in rows if r.ok))
 
 
-def test_whole_graph_ranking_at_open_and_after_an_apply(qtbot, window):
-    """The Transformations dock's whole-graph list on the 12-layer step (issue 38: ready ≤ 10 s after File →
-    Open, ≤ 1 s after an apply; equal layers ranked once, listed "× N"), and the event loop's longest stall."""
-    model = bert_stack(12)
+@pytest.mark.parametrize("depth", [12, 24], ids=["bert12", "bert_large24"])
+def test_whole_graph_ranking_at_open_and_after_an_apply(qtbot, window, depth):
+    """The Transformations dock's whole-graph list (issue 38) on the 12-layer BERT-base-width step (ready ≤ 10 s
+    after File → Open, ≤ 1 s after an apply) and on a 24-layer BERT-large-width step (drawn ≤ 5 s, list ready
+    ≤ 20 s; its figures after an apply are printed, not held to the 12-layer bars: the view's scope tree and pass
+    colouring are rebuilt over the whole graph on the GUI thread, about 0.2 s at 9,000 kernels); equal layers
+    ranked once, listed "× N"; and the event loop's longest stall."""
+    model, draw_s, ready_s = (bert_stack(12), 5, 10) if depth == 12 else (bert_large_stack(24), 5, 20)
     gaps = Gaps()
     t0 = time.perf_counter()
     window.open_model(str(model))                     # File → Open: imported and laid out off the GUI thread
-    qtbot.waitUntil(lambda: window.session is not None and _whole_graph_ranked(window), timeout=600_000)
+    qtbot.waitUntil(lambda: window.session is not None and window.view.placement is not None, timeout=600_000)
+    drawn = time.perf_counter() - t0
+    qtbot.waitUntil(lambda: _whole_graph_ranked(window), timeout=600_000)
     session = window.session
     at_open, open_stall = time.perf_counter() - t0, gaps.worst
     rows = window.transformations.rows()
@@ -116,8 +122,10 @@ def test_whole_graph_ranking_at_open_and_after_an_apply(qtbot, window):
     assert window.apply(single)
     qtbot.waitUntil(lambda: _whole_graph_ranked(window), timeout=600_000)
     after, apply_stall = time.perf_counter() - t0, gaps.worst
-    print(f"\n12 layers, {len(session.graph.nodes)} kernels, {len(session.match_index())} candidates listed as "
-          f"{len(rows)} rows ({len(classes)} of them × N equal layers): whole-graph ranking ready {at_open:.1f} s "
-          f"after open (stall {open_stall * 1e3:.0f} ms), {after:.2f} s after an apply of {single.transformation.name} "
-          f"(stall {apply_stall * 1e3:.0f} ms)")
-    assert at_open <= 10 and after <= 1.0 and max(open_stall, apply_stall) <= STALL_S
+    print(f"\n{depth} layers, {len(session.graph.nodes)} kernels, {len(session.match_index())} candidates listed as "
+          f"{len(rows)} rows ({len(classes)} of them × N equal layers): drawn {drawn:.1f} s after open, whole-graph "
+          f"ranking ready {at_open:.1f} s after open (stall {open_stall * 1e3:.0f} ms), {after:.2f} s after an apply "
+          f"of {single.transformation.name} (stall {apply_stall * 1e3:.0f} ms)")
+    assert drawn <= draw_s and at_open <= ready_s and open_stall <= STALL_S
+    if depth == 12:                                   # the issue's bars after an apply are for 12 layers
+        assert after <= 1.0 and apply_stall <= STALL_S

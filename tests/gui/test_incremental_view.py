@@ -42,6 +42,8 @@ def _check_fresh(qtbot, w, what: str) -> None:
 def test_apply_undo_redo_revert_keep_every_pane_equal_to_a_fresh_build(qtbot, make_window, bert_model):
     w = _opened(qtbot, make_window, bert_model)
     s = w.session
+    assert w.movement.model._seeded is None, "the rows the loading worker made were shown"
+    _check_fresh(qtbot, w, "opened")
     for m in list(create("expand").matches(s.graph))[:40]:
         assert w.apply_step("expand", m.anchors)
     w.refresh()

@@ -149,3 +149,20 @@ def test_a_numbered_group_is_named_with_its_family(tmp_path):
     tree = ScopeTree(s.graph)
     labels = {g.label for g in tree.groups.values()}
     assert {"layer 0", "layer 1"} <= labels and not {"0", "1"} & labels
+
+
+def test_group_sums_in_one_pass_equal_each_groups_members(bert):
+    """``sums`` (the plates' and boxes' bytes, one pass over the tree) gives every group the sum over its
+    members; ``describe.group_bytes`` keeps it per tree and ledger, and a new tree is summed afresh."""
+    from ir.movement import Ledger
+    from studio.gui.describe import group_bytes
+    graph, tree = bert
+    ledger = Ledger(graph)
+    got = group_bytes(tree, ledger)
+    assert set(got) == set(tree.groups) and len(got) > 3
+    for key in tree.groups:
+        assert got[key] == sum(ledger.kernels[k].bytes for k in tree.members(key)), key
+    assert group_bytes(tree, ledger) is got, "kept for the same tree and ledger"
+    other = ScopeTree(graph, max_children=8, chunk=4)
+    assert set(group_bytes(other, ledger)) == set(other.groups)
+    assert group_bytes(tree, ledger) == got

@@ -29,6 +29,20 @@ def test_every_fixture_parsed_in_pieces_equals_one_parse(fixtures_dir, monkeypat
         assert _same(read_model(path), pieces), path
 
 
+def test_the_digest_hashed_alongside_the_parse_is_the_files_sha256(fixtures_dir, monkeypatch):
+    """The import hashes the bytes it read on a thread while it parses them: the same SHA-256 as hashing the
+    file, in chunks of any size (a file over one chunk, and an empty-remainder edge)."""
+    files = sorted(fixtures_dir.rglob("*.onnx"))
+    big = max(files, key=lambda p: p.stat().st_size)
+    for chunk in (1 << 20, 4096, big.stat().st_size):
+        monkeypatch.setattr(onnx_load.Digest, "CHUNK", chunk)
+        for path in (files[0], big):
+            digest = onnx_load.Digest()
+            read_model(path, digest=digest)
+            assert digest.hexdigest() == onnx_load.file_sha256(path), (path, chunk)
+    assert onnx_load.Digest().hexdigest() == "", "nothing read, nothing hashed"
+
+
 def test_initializer_order_and_every_other_field_survive(tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_load, "PIECES_FROM", 0)
     weights = [numpy_helper.from_array(np.full((3, 3), k, np.float32), f"w{k}") for k in range(5)]
