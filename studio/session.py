@@ -56,6 +56,19 @@ class State:
 
 
 @dataclass(frozen=True)
+class Planned:
+    """A step worked out without changing the session (``plan_apply``, ``plan_transfer``: a GUI worker
+    thread plans, the GUI thread commits), recorded by ``commit`` only while the session is still at
+    ``cursor`` steps with ``base`` as its graph."""
+
+    step: Step
+    graph: Graph
+    app: Application
+    base: Graph
+    cursor: int
+
+
+@dataclass(frozen=True)
 class Metrics:
     bytes: int
     bytes_read: int
@@ -246,16 +259,30 @@ class Session:
     def apply(self, name: str, anchors: Iterable[str], params: Mapping[str, Any] | None = None) -> Application:
         """Apply a transformation at ``anchors``; undoable. Raises StudioError when it does not apply,
         worded for someone who picked the match (a kernel that is gone, the check's reason)."""
+        return self.commit(self.plan_apply(name, anchors, params))
+
+    def plan_apply(self, name: str, anchors: Iterable[str], params: Mapping[str, Any] | None = None) -> Planned:
+        """``apply`` worked out without changing the session (see ``Planned``)."""
         step = Step(name, dict(params or {}), tuple(anchors))
         gone = [a for a in step.anchors if a not in self.graph.nodes]
         if gone:
             raise StudioError(f"{name} cannot be applied: {', '.join(repr(a) for a in gone)} is no longer in the "
                               "graph (an earlier step fused, expanded or removed it); re-rank the matches and "
                               "pick again")
+        base, cursor, earlier = self.graph, self._cursor, self._steps[: self._cursor]
+        graph = self._work_copy(step, base)
         try:
-            return self._apply_step(step)
+            app = apply_step(graph, step, cursor + 1, backup=False, earlier=earlier, hashes=self._hashes)
         except ReplayError as e:
             raise StudioError(f"{name} cannot be applied: {e.reason}") from None
+        return Planned(step, graph, app, base, cursor)
+
+    def commit(self, planned: Planned) -> Application:
+        """Record a planned step; undoable. Raises StudioError when the session moved on since it was planned."""
+        if self._cursor != planned.cursor or self.graph is not planned.base:
+            raise StudioError(f"{planned.step.transformation} was worked out on step {planned.cursor}, and the "
+                              f"session has changed since (now at step {self._cursor}); do it again")
+        return self._record(planned.step, planned.graph, planned.app)
 
     def apply_pass(self, name: str, params: Mapping[str, Any] | None = None,
                    stop: Callable[[], bool] | None = None, scope: str | None = None) -> Application | None:
@@ -293,10 +320,20 @@ class Session:
     def transfer(self, layer: str, steps: int, to: Iterable[str] | None = None) -> Application:
         """Repeat the last ``steps`` steps, which must all lie inside ``layer``, on every layer equal
         to it (or on ``to``) as one undoable transfer step (``transforms.transfer``)."""
-        if not 0 < steps <= self._cursor:
-            raise StudioError(f"cannot repeat the last {steps} steps: {self._cursor} steps are applied")
-        check_source(self._steps[self._cursor - steps: self._cursor], layer)
-        equal = self.equal_layers(layer, steps)
+        return self.commit(self.plan_transfer(layer, steps, to))
+
+    def plan_transfer(self, layer: str, steps: int, to: Iterable[str] | None = None, *,
+                      after: Planned | None = None) -> Planned:
+        """``transfer`` worked out without changing the session (see ``Planned``); ``after``: a step planned
+        from the current state that the transfer follows (its steps end with that one)."""
+        cursor = self._cursor + (after is not None)
+        earlier = self._steps[: self._cursor] + ([after.step] if after is not None else [])
+        if not 0 < steps <= cursor:
+            raise StudioError(f"cannot repeat the last {steps} steps: {cursor} steps are applied")
+        check_source(earlier[cursor - steps:], layer)
+        family, index = parse_key(layer)
+        before = self.graph_at(cursor - steps)
+        equal = [family.key(k) for k in equal_layers(before, family, index)]
         targets = list(to) if to is not None else equal
         unequal = [x for x in targets if x not in equal]
         if unequal or not targets:
@@ -304,17 +341,18 @@ class Session:
                               f"{', '.join(unequal)} {'is' if len(unequal) == 1 else 'are'} not structurally equal "
                               f"to {layer} (the equal ones: {', '.join(equal) or 'none'})")
         step = Step(TRANSFER, {"layer": layer, "steps": steps, "to": targets}, (), None, 0)
-        graph = self.graph.clone()
-        app, count = apply_transfer(graph, step, self._steps[: self._cursor], self._cursor + 1)
+        base = after.graph if after is not None else self.graph
+        graph = base.clone()
+        app, count = apply_transfer(graph, step, earlier, cursor + 1)
         step = replace(step, applications=count, graph_hash=graph_hash(graph, self._hashes))
-        return self._record(step, graph, app)
+        return Planned(step, graph, app, base, cursor)
 
     def apply_step(self, step: Step) -> Application:
         """Apply a history step (a single match or a pass); undoable."""
         return self._apply_step(step)
 
     def _apply_step(self, step: Step) -> Application:
-        graph = self._work_copy(step)
+        graph = self._work_copy(step, self.graph)
         app = apply_step(graph, step, self._cursor + 1, backup=False, earlier=self._steps[: self._cursor],
                          hashes=self._hashes)
         return self._record(step, graph, app)
@@ -338,19 +376,20 @@ class Session:
         self._emit("applied", app)
         return app
 
-    def _work_copy(self, step: Step) -> Graph:
-        """The graph a step is applied to: a copy that shares the nodes the step cannot touch
+    @staticmethod
+    def _work_copy(step: Step, graph: Graph) -> Graph:
+        """The copy of ``graph`` a step is applied to: one that shares the nodes the step cannot touch
         (``Graph.clone_sharing`` over the transformation's ``affected`` set), or a full copy
         when that set cannot be known (an unknown transformation or a stale anchor: the
         apply then fails with its own message)."""
         if step.is_pass or step.is_transfer:
-            return self.graph.clone()
+            return graph.clone()
         try:
             t = create(step.transformation, step.params)
-            affected = t.affected(self.graph, Match(t.name, step.anchors))
+            affected = t.affected(graph, Match(t.name, step.anchors))
         except Exception:  # noqa: BLE001 - apply_step reports the problem with its step number
-            return self.graph.clone()
-        return self.graph.clone_sharing(affected)
+            return graph.clone()
+        return graph.clone_sharing(affected)
 
     def undo(self) -> None:
         if not self.can_undo():

@@ -80,6 +80,7 @@ class QtMainWindow(QMainWindow):
         self.node_data = None                       # (session, keyed values, name) of loaded node data
         self.messages: list = []
         self.compare_window = None
+        self._transfer_task = None                # Repeat on equal layers, while it is worked out (qt_transfer)
         self.refresh_suspended = False
         self.stack = QUndoStack(self)
         timeout = layout_timeout_s or float(self.settings.value("layoutTimeout", 20.0))

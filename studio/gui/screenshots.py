@@ -171,7 +171,7 @@ def _shoot_compare(app, w, out: Path) -> None:
     cmp = w.show_compare(0)
     cmp.setGeometry(0, 0, *SIZE)
     cmp.raise_()
-    _wait(app, lambda: cmp.left.placement is not None and cmp.right.placement is not None
+    _wait(app, lambda: cmp.ready() and cmp.left.placement is not None and cmp.right.placement is not None
           and cmp.left.placement.exact and cmp.right.placement.exact)
     cmp.time_both()                               # measured time per scope, both sides
     _wait(app, lambda: not w.profiling.busy, timeout_s=900)

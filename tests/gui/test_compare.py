@@ -119,8 +119,8 @@ def compared(qtbot, make_window, bert_model):
     assert w.apply_step(*_changing_step(s.graph))
     w.refresh()
     win = w.show_compare()
-    qtbot.waitUntil(lambda: all(v.placement is not None and v.placement.exact and v.task is None
-                                for v in (win.left, win.right)), timeout=60000)
+    qtbot.waitUntil(lambda: win.ready() and all(v.placement is not None and v.placement.exact and v.task is None
+                                                for v in (win.left, win.right)), timeout=60000)
     return w, win
 
 
@@ -233,6 +233,7 @@ def test_group_toggles_mirror_and_the_window_follows_undo(qtbot, compared):
     qtbot.waitUntil(lambda: win.right.graph is w.session.graph, timeout=10000)
     assert win.right.marks["added"] == set(diff(w.session.graph_at(0), w.session.graph).added)
     win.set_step(2)
+    qtbot.waitUntil(win.ready, timeout=10000)
     assert win.left.graph is w.session.graph_at(2)
 
 

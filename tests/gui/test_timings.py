@@ -323,6 +323,7 @@ def test_compare_shows_measured_time_per_scope(qtbot, window):
     t, m = next((t, m) for t, m in candidates(s.graph, None) if t.check(s.graph, m).ok)
     assert w.apply_step(t.name, m.anchors, t.params())
     win = w.show_compare()
+    qtbot.waitUntil(win.ready, timeout=10000)
     col = {name: TABLE_COLUMNS.index(name) for name in ("time before", "time after", "time after / before")}
     cells = lambda c: [win.table.item(r, c).text() for r in range(win.table.rowCount())]  # noqa: E731
     assert all(x != NOT_TIMED for x in cells(col["time before"])), "step 0's profile is reused"
@@ -334,7 +335,7 @@ def test_compare_shows_measured_time_per_scope(qtbot, window):
     qtbot.waitUntil(lambda: not w.profiling.busy, timeout=PROFILE_MS)
     assert all(x != NOT_TIMED for x in cells(col["time after"])) and not win.time_button.isEnabled()
     after = w.profiling.measured[s.graph]
-    rows = scope_rows(s.graph_at(0), s.graph, win._ledger(0), s.ledger,
+    rows = scope_rows(s.graph_at(0), s.graph, win._ledgers[0][1], s.ledger,
                       times_before={k.node_id: k.samples.median_s for k in before.kernels if k.ok},
                       times_after={k.node_id: k.samples.median_s for k in after.kernels if k.ok})
     assert abs(sum(r.time_after for r in rows) - after.total_s) <= 1e-9 * max(1.0, after.total_s)

@@ -9,7 +9,7 @@ from studio.session import Session
 from transforms.layers import Family, equal_group, equal_layers, layer_hash, layer_of, layers
 
 
-def test_repeat_on_equal_layers(make_window, bert3_stack, monkeypatch):
+def test_repeat_on_equal_layers(make_window, bert3_stack, qtbot, monkeypatch):
     said = []
     w = make_window()
     monkeypatch.setattr(w, "say", lambda text, **kw: said.append((text, kw.get("detail", ""))))
@@ -23,7 +23,9 @@ def test_repeat_on_equal_layers(make_window, bert3_stack, monkeypatch):
     assert kernels and w.apply_step("expand", [kernels[0]])
     assert "Repeat on equal layers" in w.statusBar().currentMessage()
     before, kernels_before = s.metrics().bytes, set(s.graph.nodes)
-    w.actions_.repeat_layers.trigger()
+    w.actions_.repeat_layers.trigger()                  # worked out on a worker, recorded on the GUI thread
+    assert s.cursor == 1 and w._transfer_task is not None
+    qtbot.waitUntil(lambda: w._transfer_task is None, timeout=60_000)
     assert s.steps[-1].is_transfer and s.cursor == 2 and w.stack.count() == 2
     assert w.stack.text(1).startswith("repeat on equal layers ×") and set(s.graph.nodes) != kernels_before
     for k in others:
@@ -54,6 +56,7 @@ def test_a_row_for_equal_layers_applies_on_all_of_them(make_window, bert3_stack,
     before = s.metrics().bytes
     w.transformations.select_row(r)
     w.transformations.apply_button.click()
+    qtbot.waitUntil(lambda: w._transfer_task is None, timeout=60_000)
     assert not said, said
     assert s.cursor == 2 and s.steps[-1].is_transfer and w.stack.count() == 1
     assert before - s.metrics().bytes == r.total_saved
@@ -83,8 +86,9 @@ def test_a_failed_row_for_equal_layers_leaves_the_session_as_it_was(make_window,
     r = next(r for r in w.transformations.rows() if r.ok and r.copies)
     gone = replace(r, match=Match(r.match.transformation, ("/layer.0/no-such-kernel",), r.match.label))
     steps, index, moved = s.cursor, w.stack.index(), s.metrics().bytes
-    assert not w.apply(gone)
-    assert said and "could not be applied" in said[-1]
+    assert w.apply(gone)
+    qtbot.waitUntil(lambda: w._transfer_task is None and bool(said), timeout=60_000)
+    assert "could not be applied" in said[-1]
     assert s.cursor == steps == 1 and w.stack.index() == index and w.stack.count() == index
     assert s.metrics().bytes == moved and s.steps[0].transformation == "expand"
 
@@ -110,8 +114,33 @@ def test_a_failed_repeat_undoes_only_its_own_apply(make_window, bert3_stack, qtb
     bad = replace(r, copies=(Match(r.match.transformation, tuple(family.rename(a, here, unequal)
                                                                 for a in r.match.anchors), r.match.label),))
     moved = s.metrics().bytes
-    assert not w.apply(bad)
-    assert said and "could not be applied on the equal layers" in said[-1]
+    assert w.apply(bad)
+    qtbot.waitUntil(lambda: w._transfer_task is None and bool(said), timeout=60_000)
+    assert "could not be applied on the equal layers" in said[-1]
     assert s.cursor == 1, (s.cursor, w.stack.index(), w.stack.count(), [w.stack.text(k) for k in range(w.stack.count())])
     assert s.steps[0].anchors == outside.anchors and s.metrics().bytes == moved
     assert w.stack.index() == 1 and w.stack.count() == 1
+
+
+def test_a_repeat_worked_out_before_an_edit_is_refused_not_recorded(make_window, bert3_stack, monkeypatch):
+    """The transfer is planned on a worker; when the session moves on before it is recorded (the user applied
+    something meanwhile), the window says so and records nothing: the session keeps the user's edit."""
+    from studio.gui import qt_transfer
+    from studio.gui.jobs import CancelToken
+    from transforms.registry import create
+    said = []
+    w = make_window()
+    monkeypatch.setattr(w, "say", lambda text, **kw: said.append((text, kw.get("detail", ""))))
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    w.set_session(s)
+    family = Family("layer")
+    first, _others = equal_group(s.graph, family)
+    kernels = [i for i in s.graph.nodes if layer_of(i) == (family, first) and s.graph.nodes[i].op_type == "Softmax"]
+    assert w.apply_step("expand", [kernels[0]])
+    planned = qt_transfer._plan(s, family.key(first), 1, None, None, CancelToken(), lambda *a: None)
+    assert planned is not None and planned[-1].cursor == 1
+    edit = next(m for m in create("expand").matches(s.graph))
+    assert w.apply_step("expand", edit.anchors)         # the user's edit, after the plan was made
+    assert not qt_transfer._push_repeat(w, family.key(first), 1, planned)
+    assert "Could not repeat" in said[-1][0] and "changed since" in said[-1][1]
+    assert s.cursor == 2 and s.steps[-1].anchors == edit.anchors and w.stack.count() == 2

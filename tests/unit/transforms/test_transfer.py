@@ -94,6 +94,35 @@ def test_transfer_in_a_session_is_one_undoable_step(bert3_stack):
         s.transfer(layer, 2, to=["layer.7"])
 
 
+def test_planned_steps_change_nothing_until_committed_and_a_stale_plan_is_refused(bert3_stack):
+    """``plan_apply`` and ``plan_transfer`` (a GUI worker's half) leave the session as it is; ``commit`` records
+    them exactly as ``apply`` then ``transfer`` would (same graph hash and bytes), and refuses a plan made on a
+    state the session has left."""
+    from transforms.registry import create
+    s, t = _session(bert3_stack), _session(bert3_stack)
+    family = Family("layer")
+    first, others = equal_group(s.graph, family)
+    layer = family.key(first)
+    softmax = next(i for i in s.graph.nodes if layer_of(i) == (family, first) and s.graph.nodes[i].op_type == "Softmax")
+    graph, kernels = s.graph, s.metrics().kernels
+    applied = s.plan_apply("expand", [softmax])
+    repeat = s.plan_transfer(layer, 1, after=applied)
+    assert s.cursor == 0 and s.graph is graph and s.metrics().kernels == kernels, "planning changed the session"
+    assert repeat.step.params["to"] == [family.key(k) for k in others] and repeat.cursor == 1
+    s.commit(applied)
+    s.commit(repeat)
+    t.apply("expand", [softmax])
+    t.transfer(layer, 1)
+    assert [x.graph_hash for x in s.steps] == [x.graph_hash for x in t.steps]
+    assert s.metrics() == t.metrics() and set(s.graph.nodes) == set(t.graph.nodes) != set(graph.nodes)
+    s.undo()
+    stale = s.plan_apply(*next((m.transformation, m.anchors) for m in create("expand").matches(s.graph)))
+    s.undo()
+    with pytest.raises(StudioError, match=r"worked out on step 1, and the session has changed since \(now at step 0\)"):
+        s.commit(stale)
+    assert s.cursor == 0 and s.can_redo()
+
+
 def test_a_transfer_that_no_longer_fits_names_the_layer_and_step(bert3_stack, tmp_path):
     s = _session(bert3_stack)
     family = Family("layer")
