@@ -68,6 +68,7 @@ class QtTransformationsDock(QDockWidget):
         self.tree.setColumnWidth(2, 78)
         self.tree.setColumnWidth(3, 64)
         self.status = QLabel("no model")
+        self.status.setWordWrap(True)           # a long status line wraps: it widened the dock 470 → 677 px
         self.preview_button = QPushButton("Preview")
         self.apply_button = QPushButton("Apply")
         self.apply_all_button = QPushButton("Apply all of this kind")

@@ -68,3 +68,22 @@ def test_a_bad_file_is_named_once_in_the_status_bar(qtbot, make_window, tmp_path
     box = w.messages[-1]
     assert str(bad) in box.informativeText() + box.text()            # the dialog keeps the full detail
     box.close()
+
+
+def test_the_right_dock_keeps_its_width_through_an_apply(qtbot, make_window, bert_model):
+    """Before: the Transformations dock widened itself from 470 to 677 px at the first apply (its status line,
+    "re-ranking … of …", asked for its whole width on one line). A long status now wraps."""
+    w = make_window()
+    w.resize(1600, 1000)
+    _open(qtbot, w, bert_model)
+    w.ranker.schedule(0)
+    qtbot.waitUntil(lambda: any(r.ok and r.delta is not None and r.bytes_saved > 0 for r in w.transformations.rows()),
+                    timeout=60_000)
+    dock, central = w.transformations, w.centralWidget()
+    width, view = dock.width(), central.width()
+    r = next(r for r in w.transformations.rows() if r.ok and r.delta is not None and r.bytes_saved > 0)
+    assert w.apply(r)
+    dock.set_status("re-ranking the matches the apply touched: 12 of 240, whole graph, viewport and selection "
+                    "groups after step 1")
+    qtbot.wait(300)
+    assert abs(dock.width() - width) <= 2 and abs(central.width() - view) <= 2, (width, dock.width())
