@@ -64,7 +64,7 @@ class QtTimingsDock(QDockWidget):
         self.coverage = QtTextLine(rich=True)
         self.ab_line = QtTextLine()
         self.ab_line.hide()
-        self.trust = QtTextLine(rich=True)
+        self.trust = QtTextLine(rich=True, lines=2)          # a warning wraps beside its button, never cut
         self.trust.setObjectName("timingsTrust")
         self.recalibrate = _button("Recalibrate", "recalibrate",
                                    "Measure this machine's bandwidth and GEMM peaks again (a few seconds; "

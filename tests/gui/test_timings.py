@@ -250,6 +250,9 @@ def test_a_roofline_above_100_percent_is_flagged_and_recalibrate_fixes_it(qtbot,
     assert over and dock.trust_box.isVisibleTo(dock) and dock.recalibrate.isEnabled()
     text = dock.trust.text()
     assert f"{len(over)} kernel" in text and "above the calibrated roof" in text and "60 % load" in text
+    qtbot.wait(50)
+    assert dock.trust.fits(), "the warning is cut by the Recalibrate button beside it"
+    assert dock.trust.geometry().right() < dock.recalibrate.geometry().left()
     row = next(k for k, row in enumerate(dock.model.rows) if row[0] == over[0].node_id)
     eff = dock.model.index(row, _col("roofline eff."))
     assert dock.model.data(eff, Qt.ItemDataRole.ForegroundRole).name() == "#c62828"
