@@ -2,7 +2,10 @@
 
 - bandwidth: the one-pass numba triad (``codegen.numba_cpu.microbench``), 3 arrays of
   16 Mi float32 (192 MB, far beyond the caches), best of 7: bytes/s;
-- compute: a 2048³ float32 GEMM through NumPy's BLAS, best of 3: FLOP/s.
+- compute: a 2048³ float32 GEMM through NumPy's BLAS, best of 3: FLOP/s;
+- cache bandwidth (the cache roof): the triad resident in each core's L2 (half of it per thread,
+  ``microbench.cache_triad_seconds``), best of 7: bytes/s. Kernels whose data stays in the caches
+  run above the DRAM roof, up to this one.
 Both run on the thread count given (the same one the profiled kernels use). Each
 calibration also records how trustworthy it is: ``load``, the share of the machine's CPU
 time that other processes used while it ran (``/proc/stat`` minus this process), and
@@ -36,6 +39,7 @@ class Peaks:
     measured_at: float
     load: float = 0.0     # other processes' share of all CPUs while calibrating (0..1); older caches: 0
     spread: float = 0.0   # median / best - 1 of the repeated samples, the worse of triad and GEMM
+    cache_bandwidth: float = 0.0   # bytes/s of the triad resident in L2 (the cache roof); 0: not measured
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -73,17 +77,27 @@ def spread(samples: list[float]) -> float:
     return ordered[len(ordered) // 2] / ordered[0] - 1.0
 
 
-def cache_bytes() -> int:
-    """The size of this CPU's largest (last-level) cache, from Linux sysfs; 0 when unknown."""
-    sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+def _caches() -> list[tuple[int, int]]:
+    """(level, bytes) of each cache of CPU 0, from Linux sysfs; [] when unknown."""
+    out = []
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
-            text = f.read_text(encoding="utf-8").strip().upper()
+            text = (d / "size").read_text(encoding="utf-8").strip().upper()
             scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            sizes.append(int(text.rstrip("KMG")) * scale)
+            out.append((int((d / "level").read_text(encoding="utf-8")), int(text.rstrip("KMG")) * scale))
         except (OSError, ValueError):
             continue
-    return max(sizes, default=0)
+    return out
+
+
+def cache_bytes() -> int:
+    """The size of this CPU's largest (last-level) cache; 0 when unknown."""
+    return max((size for _level, size in _caches()), default=0)
+
+
+def l2_bytes() -> int:
+    """The size of one core's level-2 cache; 1 MiB when unknown."""
+    return next((size for level, size in _caches() if level == 2), 1 << 20)
 
 
 def fingerprint(threads: int) -> str:
@@ -98,7 +112,8 @@ def fingerprint(threads: int) -> str:
         numba_version = metadata.version("numba")
     except metadata.PackageNotFoundError:
         numba_version = "-"
-    text = f"{cpu}|{os.cpu_count()}|{threads}|{platform.machine()}|numpy {numpy.__version__}|numba {numba_version}"
+    text = (f"{cpu}|{os.cpu_count()}|{threads}|{platform.machine()}|numpy {numpy.__version__}|numba {numba_version}"
+            "|cache roof")                     # peaks stored before the cache roof are measured again
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -120,9 +135,10 @@ def measure(threads: int) -> Peaks:
         t0 = time.perf_counter()
         a @ a
         gemm.append(time.perf_counter() - t0)
+    moved, resident = microbench.cache_triad_seconds(l2_bytes() // 2, threads)
     load = other_load(ticks, _cpu_ticks(), time.process_time() - cpu0)
     return Peaks(bw, 2 * 2048 ** 3 / min(gemm), threads, fingerprint(threads), time.time(), load,
-                 max(spread(triad), spread(gemm)))
+                 max(spread(triad), spread(gemm)), moved / min(resident))
 
 
 def peaks(threads: int, *, force: bool = False) -> Peaks:

@@ -2,7 +2,8 @@
 
 Log-log: arithmetic intensity (FLOP/B) against achieved FLOP/s. The bandwidth roof
 (the calibrated triad) rises to the ridge point and meets the compute roof (the
-calibrated GEMM). Each measured kernel is a dot; kernels without counted FLOPs sit
+calibrated GEMM). Above it, dashed, the cache roof (the triad resident in L2): kernels whose
+data stays in the caches (AdamW's per-parameter updates) plot between the two. Each measured kernel is a dot; kernels without counted FLOPs sit
 hollow on the floor. Selected kernels are drawn larger in red and named. Hovering a
 dot shows a tooltip naming the kernel and its figures; clicking it emits
 ``pointClicked(node_id)``. A stale profile is drawn grey with a note.
@@ -20,6 +21,7 @@ from studio.gui.timings import human_rate, human_seconds
 
 MARGIN = (74, 24, 14, 34)      # left, top, right, bottom
 BLUE, RED, GREY, ROOF = QColor("#1f77b4"), QColor("#d62728"), QColor("#9a9a9a"), QColor("#2ca02c")
+CACHE_ROOF = QColor("#8c6d1f")
 
 
 class QtRooflinePlot(QWidget):
@@ -31,16 +33,16 @@ class QtRooflinePlot(QWidget):
         super().__init__(parent)
         self.points: list[rf.Point] = []
         self.by_id: dict = {}
-        self.peak_bw = self.peak_flops = 0.0
+        self.peak_bw = self.peak_flops = self.cache_bw = 0.0
         self.highlight: set[str] = set()
         self.note = ""
         self.setMouseTracking(True)
         self.setMinimumSize(260, 180)
 
-    def set_data(self, kernels, peak_bw: float, peak_flops: float, note: str = "") -> None:
+    def set_data(self, kernels, peak_bw: float, peak_flops: float, note: str = "", cache_bw: float = 0.0) -> None:
         self.points = rf.points(kernels)
         self.by_id = {k.node_id: k for k in kernels}
-        self.peak_bw, self.peak_flops, self.note = peak_bw, peak_flops, note
+        self.peak_bw, self.peak_flops, self.note, self.cache_bw = peak_bw, peak_flops, note, cache_bw
         self.update()
 
     def set_note(self, note: str) -> None:
@@ -107,12 +109,11 @@ class QtRooflinePlot(QWidget):
         pts = [rf.place(ax, r, x, y) for x, y in rf.roof(ax, self.peak_bw, self.peak_flops)]
         if not pts:
             return
-        path = QPainterPath(QPointF(*pts[0]))
-        for q in pts[1:]:
-            path.lineTo(QPointF(*q))
-        p.setPen(QPen(GREY if self.note else ROOF, 2))
-        p.setBrush(Qt.BrushStyle.NoBrush)
-        p.drawPath(path)
+        if self.cache_bw > self.peak_bw:
+            self._slope(p, [rf.place(ax, r, x, y) for x, y in rf.roof(ax, self.cache_bw, self.peak_flops)],
+                        QPen(GREY if self.note else CACHE_ROOF, 1.5, Qt.PenStyle.DashLine),
+                        f"L2 triad {human_rate(self.cache_bw, 'B/s')} (cache roof)")
+        self._slope(p, pts, QPen(GREY if self.note else ROOF, 2), f"triad {human_rate(self.peak_bw, 'B/s')}")
         knee = rf.ridge(self.peak_bw, self.peak_flops)
         if ax.x_lo <= knee <= ax.x_hi:
             kx, ky = rf.place(ax, r, knee, self.peak_flops)
@@ -121,11 +122,24 @@ class QtRooflinePlot(QWidget):
         p.setPen(QColor("#2b6e2b"))                 # the compute roof's caption, above the plot
         p.drawText(QRectF(r.left, r.top - 18, r.width, 14), Qt.AlignmentFlag.AlignRight,
                    f"roofs: GEMM {human_rate(self.peak_flops, 'FLOP/s')} · ridge {knee:.3g} FLOP/B")
+
+    @staticmethod
+    def _slope(p: QPainter, pts: list[tuple[float, float]], pen: QPen, label: str) -> None:
+        """A roof polyline in pixels, its label along the bandwidth slope."""
+        if not pts:
+            return
+        path = QPainterPath(QPointF(*pts[0]))
+        for q in pts[1:]:
+            path.lineTo(QPointF(*q))
+        p.setPen(pen)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawPath(path)
         (x0, y0), (x1, y1) = pts[0], pts[1] if len(pts) > 1 else (pts[0][0] + 1, pts[0][1])
-        p.save()                                    # the triad label along the bandwidth slope
+        p.save()
+        p.setPen(pen.color())
         p.translate(x0 + 8, y0 - 4)
         p.rotate(math.degrees(math.atan2(y1 - y0, x1 - x0)))
-        p.drawText(QPointF(0, -3), f"triad {human_rate(self.peak_bw, 'B/s')}")
+        p.drawText(QPointF(0, -3), label)
         p.restore()
 
     def _dots(self, p: QPainter, ax: rf.Axes, r: rf.Rect) -> None:

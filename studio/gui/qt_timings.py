@@ -171,7 +171,8 @@ class QtTimingsDock(QDockWidget):
         else:
             self.machine.set_text(describe_machine(report))
             peaks = report.peaks
-            self.plot.set_data(report.kernels, peaks.bandwidth if peaks else 0.0, peaks.flops if peaks else 0.0)
+            self.plot.set_data(report.kernels, peaks.bandwidth if peaks else 0.0, peaks.flops if peaks else 0.0,
+                               cache_bw=getattr(peaks, "cache_bandwidth", 0.0) if peaks else 0.0)
         self.set_stale(stale_note)
         self.trace.setEnabled(report is not None and self.profile_all.isEnabled())
         note = trust_note(report)

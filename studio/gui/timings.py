@@ -162,12 +162,20 @@ def in_cache(k, cache: int | None = None) -> bool:
     return bool(cache) and bound_kind(k) == "memory" and k.bytes <= cache
 
 
+def above_cache_roof(k, cache_bw: float) -> bool:
+    """Kernel ``k`` moved its bytes faster than the cache roof (the L2-resident triad) allows; never
+    when no cache roof was measured."""
+    return bool(cache_bw) and k.samples.median_s > 0 and k.bytes / k.samples.median_s > OVER_PEAK * cache_bw
+
+
 def over_peak(report: TimingReport, cache: int | None = None) -> list:
     """The kernels measured faster than the calibrated roofline allows (efficiency > ``OVER_PEAK``),
     which only peaks measured low explain. Not views (an alias: no data moves at run time, whatever
-    bytes the model counts) and not memory-bound kernels whose data fits the cache (``in_cache``)."""
+    bytes the model counts) and not memory-bound kernels whose data fits the cache (``in_cache``)
+    unless they beat the cache roof too (``above_cache_roof``)."""
+    cache_bw = getattr(report.peaks, "cache_bandwidth", 0.0) if report.peaks is not None else 0.0
     return [k for k in report.kernels if k.ok and k.kind != "view" and k.efficiency > OVER_PEAK
-            and not in_cache(k, cache)]
+            and (not in_cache(k, cache) or above_cache_roof(k, cache_bw))]
 
 
 def trust_note(report: TimingReport | None) -> str:

@@ -106,3 +106,27 @@ def test_only_what_low_peaks_explain_counts_as_above_the_roof():
     assert in_cache(small, 32 * mb) and not in_cache(huge, 32 * mb) and not in_cache(gemm, 32 * mb)
     assert [k.node_id for k in over_peak(r, cache=32 * mb)] == ["huge", "gemm"]
     assert [k.node_id for k in over_peak(r, cache=0)] == ["small", "huge", "gemm"]     # cache unknown
+    roofed = replace(r, peaks=replace(PEAKS, cache_bandwidth=2e12))   # a cache roof at 2 TB/s: 1 TB/s is under
+    assert [k.node_id for k in over_peak(roofed, cache=32 * mb)] == ["huge", "gemm"]
+    low = replace(r, peaks=replace(PEAKS, cache_bandwidth=200e9))     # 1 TB/s beats a 200 GB/s cache roof too
+    assert [k.node_id for k in over_peak(low, cache=32 * mb)] == ["small", "huge", "gemm"]
+
+
+def test_the_roofline_draws_the_cache_roof_above_the_dram_roof(qtbot):
+    """With a measured cache roof the plot draws it, dashed in its own colour and labelled; without one it
+    draws only the DRAM and compute roofs."""
+    from studio.gui.qt_roofline import CACHE_ROOF, QtRooflinePlot
+
+    def near(c) -> bool:                                        # the roof's colour, antialiased edges too
+        return abs(c.red() - CACHE_ROOF.red()) + abs(c.green() - CACHE_ROOF.green()) + abs(c.blue() - CACHE_ROOF.blue()) < 60
+
+    def roof_pixels(cache_bw: float) -> int:
+        plot = QtRooflinePlot()
+        qtbot.addWidget(plot)
+        plot.resize(420, 300)
+        kernels = [_k("a", [2000] * 5, bytes_=1 << 20, flops=1 << 18), _k("b", [900] * 5, bytes_=1 << 16, flops=1 << 22)]
+        plot.set_data(kernels, PEAKS.bandwidth, PEAKS.flops, cache_bw=cache_bw)
+        image = plot.grab().toImage()
+        return sum(1 for x in range(image.width()) for y in range(image.height()) if near(image.pixelColor(x, y)))
+    assert roof_pixels(0.0) == 0
+    assert roof_pixels(10 * PEAKS.bandwidth) > 20
