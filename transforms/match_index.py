@@ -144,8 +144,10 @@ class MatchIndex:
         new._ranked, new._watch = dict(self._ranked), dict(self._watch)
         hood = neighbourhood(self.graph, graph, app)
         touched = {layer_of(i) for i in hood}
-        new._hashes = {k: h for k, h in self._hashes.items() if k not in touched}
-        new._class_of = {k: c for k, c in self._class_of.items() if c is None or layer_of(k[2][0]) not in touched}
+        # list(...) copies in one C call: a ranking worker may be adding to these caches meanwhile
+        new._hashes = {k: h for k, h in list(self._hashes.items()) if k not in touched}
+        new._class_of = {k: c for k, c in list(self._class_of.items())
+                         if c is None or layer_of(k[2][0]) not in touched}
         stale: set[Key] = set()
         for ident in hood:
             stale |= new._by_node.get(ident, frozenset())

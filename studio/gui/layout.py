@@ -18,6 +18,7 @@ changed (after apply) until the new layout arrives. No Qt here.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 from ir.errors import StudioError
 from studio.gui.jobs import Cancelled, CancelToken
 from studio.gui.passes import Pass
-from studio.gui.scope_tree import ScopeTree
+from studio.gui.scope_tree import ROOT, ScopeTree
 
 NODE_W, NODE_H = 150.0, 36.0
 GROUP_W, GROUP_H = 170.0, 44.0
@@ -66,6 +67,7 @@ class GroupShape:
     kinds: tuple[str, ...]                    # "n" kernel, "g" collapsed group, "x" open group
     edges: tuple[tuple[int, int, str, int], ...]
     signature: tuple
+    grid: bool = False                        # laid out here as a grid in reading order (``grid``), not by dot
 
 
 def edge_kind(src: Pass | None, dst: Pass | None) -> str:
@@ -85,8 +87,9 @@ def shapes(tree: ScopeTree, expanded: set[str]) -> dict[str, GroupShape]:
         kinds = tuple("x" if c in out else "g" if tree.is_group(c) else "n" for c in children)
         edges = tuple(sorted((index[a], index[b], edge_kind(tree.passes.get(a), tree.passes.get(b)), len(names))
                              for (a, b), names in tree.edges.get(key, {}).items()))
-        sig = (tuple(out[c].signature if k == "x" else k for c, k in zip(children, kinds)), edges)
-        out[key] = GroupShape(key, children, kinds, edges, sig)
+        grid = key == ROOT and tree.stacked
+        sig = (tuple(out[c].signature if k == "x" else k for c, k in zip(children, kinds)), edges, grid)
+        out[key] = GroupShape(key, children, kinds, edges, sig, grid)
     return out
 
 
@@ -106,13 +109,14 @@ class LayoutBook:
         self.cache: dict[tuple, RawLayout] = {}
         self.last: dict[str, tuple[GroupShape, RawLayout]] = {}   # group key -> latest shown
         self.max_entries = max_entries
+        self.grid_aspect = GRID_ASPECT                              # the view's width over height
 
     def request(self, all_shapes: dict[str, GroupShape]) -> tuple[dict, dict[str, tuple]]:
         """The layout_proc request for the shapes not cached (children first), and spec id -> signature."""
         groups, ids = [], {}
         by_sig: dict[tuple, str] = {}
         for shape in all_shapes.values():
-            if shape.signature in self.cache or shape.signature in by_sig:
+            if shape.grid or shape.signature in self.cache or shape.signature in by_sig:
                 continue
             items = []
             for child, kind in zip(shape.children, shape.kinds):
@@ -153,6 +157,10 @@ class LayoutBook:
         out: dict[str, RawLayout] = {}
         missing = False
         for key, shape in all_shapes.items():           # children first
+            if shape.grid:                              # from its children's sizes as they are now
+                out[key] = grid([content_size(out[c]) if k == "x" else item_size(k)
+                                 for c, k in zip(shape.children, shape.kinds)], shape.edges, self.grid_aspect)
+                continue
             lay = self.cache.get(shape.signature)
             if lay is None:
                 missing = True
@@ -242,6 +250,58 @@ def layered(sizes: list[tuple[float, float]], edges) -> RawLayout:
         width = max(width, x - 18.0)
         y += max(sizes[i][1] for i in rows[r]) + 30.0
     return RawLayout(width, max(0.0, y - 30.0), tuple(boxes), straight_edges(boxes, edges), exact=False)
+
+
+GRID_GAP_X, GRID_GAP_Y = 12.0, 14.0
+GRID_ASPECT = 1.6          # width over height the grid aims for: a landscape canvas
+
+
+def _shelves(sizes: list[tuple[float, float]], width: float) -> tuple[list[Box], float, float]:
+    """Items in reading order, in rows no wider than ``width`` (an item wider than that gets a row of its
+    own); their boxes and the content's width and height."""
+    boxes: list[Box] = []
+    x = y = row_h = right = 0.0
+    for w, h in sizes:
+        if x > 0 and x + w > width:
+            x, y, row_h = 0.0, y + row_h + GRID_GAP_Y, 0.0
+        boxes.append((x, y, w, h))
+        right, row_h = max(right, x + w), max(row_h, h)
+        x += w + GRID_GAP_X
+    return boxes, right, y + row_h
+
+
+def grid(sizes: list[tuple[float, float]], edges, aspect: float = GRID_ASPECT) -> RawLayout:
+    """A stacked tree's root (issue 38): its items (the layers' plates, the loss, the pieces outside the
+    layers) in reading order, in rows as wide as lets a Fit into a canvas ``aspect`` times as wide as
+    high (the view's own shape) zoom in furthest, so a deep model fills the canvas instead of a thin column.
+    Only edges between neighbours in that order are drawn (straight, border to border): the others
+    (a step counter feeding every layer's update) would cross the whole grid; opening a group shows them."""
+    if not sizes:
+        return RawLayout(0.0, 0.0, (), ())
+    widest, total = max(w for w, _ in sizes), sum(w for w, _ in sizes) + GRID_GAP_X * (len(sizes) - 1)
+    best = None
+    for k in range(41):                              # row widths from the widest item to one row of all
+        boxes, w, h = _shelves(sizes, widest * (total / widest) ** (k / 40))
+        score = (max(w / aspect, h), w * h)          # the zoom a Fit at that shape needs: the larger side
+        if best is None or score < best[0]:
+            best = (score, boxes, w, h)
+    _, boxes, w, h = best
+    return RawLayout(w, h, tuple(boxes), tuple(_border_to_border(boxes[i], boxes[j]) if abs(i - j) == 1 else ()
+                                               for i, j, _, _ in edges))
+
+
+def _border_to_border(a: Box, b: Box) -> Points:
+    """A straight edge between the borders of boxes ``a`` and ``b``, along the line joining their centres."""
+    (ax, ay), (bx, by) = (a[0] + a[2] / 2, a[1] + a[3] / 2), (b[0] + b[2] / 2, b[1] + b[3] / 2)
+
+    def exit_point(cx: float, cy: float, box: Box, dx: float, dy: float) -> tuple[float, float]:
+        sx = box[2] / 2 / abs(dx) if dx else math.inf
+        sy = box[3] / 2 / abs(dy) if dy else math.inf
+        t = min(sx, sy, 1.0)
+        return cx + dx * t, cy + dy * t
+    p = exit_point(ax, ay, a, bx - ax, by - ay)
+    q = exit_point(bx, by, b, ax - bx, ay - by)
+    return p, p, q, q
 
 
 def straight_edges(boxes, edges) -> tuple[Points, ...]:

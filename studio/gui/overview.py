@@ -104,3 +104,12 @@ def plate_text(tree: ScopeTree, ledger: Ledger, key: str, times_us: dict[str, fl
             if len(measured) < len(members):
                 line += f" ({len(measured)} timed)"
     return tree.label(key), line
+
+
+def canvas_use(placement: Placement, scale: float, view_w: float, view_h: float) -> float:
+    """The share of a ``view_w`` × ``view_h`` canvas that the top-level items (the root's plates and
+    boxes) cover at ``scale`` (issue 38: a Fit of a 12-layer step left about 90 % of it empty)."""
+    top = [p for p in (*placement.frames.values(), *placement.boxes.values()) if p.depth == 1]
+    covered = sum(p.w * p.h for p in top) * scale * scale
+    return min(1.0, covered / (view_w * view_h)) if view_w > 0 and view_h > 0 else 0.0
+

@@ -40,6 +40,7 @@ from studio.gui.timings import human_seconds
 
 MIN_FIT_SCALE = 0.6                   # a fit below this and below every plate's zoom starts at the top-left
 READ_ZOOM = 1.0                       # zoom_to never zooms in further than this (kernel labels read well)
+FIT_MARGIN = 8.0                      # scene units around the content when fitting
 
 
 class QtGraphView(QGraphicsView):
@@ -66,7 +67,7 @@ class QtGraphView(QGraphicsView):
         self.setBackgroundBrush(QColor("#ffffff"))
         self.viewport().setMouseTracking(True)      # hover without a button pressed (hoveredKernel)
         self.layout_timeout_s = layout_timeout_s
-        self.tree_options: dict = {}                # ScopeTree options (max_children, chunk)
+        self.tree_options: dict = {}                # ScopeTree options (max_children, chunk, stack)
         self._trees: OrderedDict = OrderedDict()
         self._tree_options: tuple = ()
         self.book = lay.LayoutBook()
@@ -116,6 +117,16 @@ class QtGraphView(QGraphicsView):
         self._fit_next = self._fit_next or fresh
         self.relayout()
 
+    def set_stacking(self, on: bool) -> None:
+        """View → Stack layers: a training step's kernels by layer (each with its forward, grad and update),
+        the root a grid (the default); off, by their names alone (forward, grad and update side by side)."""
+        if on:
+            self.tree_options.pop("stack", None)
+        else:
+            self.tree_options["stack"] = False
+        if self.graph is not None:
+            self.set_graph(self.graph, self.ledger, keep_expanded=False)
+
     def seed_tree(self, graph: Graph, tree: ScopeTree) -> None:
         """Take ``graph``'s scope tree built elsewhere (a loading worker) with the current options."""
         self._trees[(id(graph), tuple(sorted(self.tree_options.items())))] = (graph, tree)
@@ -142,6 +153,9 @@ class QtGraphView(QGraphicsView):
     def relayout(self) -> None:
         """Draw now from the layouts at hand; lay out what is missing in the background."""
         shapes = lay.shapes(self.tree, self.expanded)
+        port = self.viewport()
+        if port.width() > 100 and port.height() > 100:    # a stacked tree's grid takes the view's shape
+            self.book.grid_aspect = port.width() / port.height()
         layouts, missing = self.book.resolve(shapes)
         self._draw(place(shapes, layouts, not missing))
         if missing:
@@ -222,7 +236,8 @@ class QtGraphView(QGraphicsView):
         plates show (at most ``MIN_FIT_SCALE``), top first."""
         if self.placement is None:
             return
-        rect = self.scene().sceneRect()
+        m = FIT_MARGIN                              # the content, not the scene's scrolling margin
+        rect = QRectF(-m, -m, self.placement.width + 2 * m, self.placement.height + 2 * m)
         self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
         zoom, first = readable_zoom(self.levels)
         wanted = min(zoom, MIN_FIT_SCALE)

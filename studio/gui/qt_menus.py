@@ -102,6 +102,12 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
     a.zoom_selection = _canvas_key(w, _action(w, "&Zoom to selection", w.view.zoom_to_selection, QKeySequence("Z"),
                                               "Frame the selected kernels at a zoom where their labels read"))
     a.collapse_all = _action(w, "Collapse all groups", w.collapse_all)
+    a.stack_layers = _action(w, "&Stack layers", None, None,
+                             "Group a training step by layer, each with its forward, grad and update, in a grid "
+                             "(off: by kernel names, the passes side by side)")
+    a.stack_layers.setCheckable(True)
+    a.stack_layers.setChecked(True)
+    a.stack_layers.toggled.connect(w.view.set_stacking)
     a.expand_selected = _canvas_key(w, _action(w, "Open selected groups", w.expand_selected, "+"))
     a.timeout = _action(w, "Layout timeout…", w.choose_layout_timeout)
     a.compare = _action(w, "&Compare with…", w.show_compare, "Ctrl+D",
@@ -159,7 +165,7 @@ def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
     edit.addSeparator()
     edit.addActions([a.preview, a.apply, a.repeat_layers, a.rerank])
     view = bar.addMenu("&View")
-    view.addActions([a.fit, a.zoom_selection, a.expand_selected, a.collapse_all])
+    view.addActions([a.fit, a.zoom_selection, a.expand_selected, a.collapse_all, a.stack_layers])
     view.addSeparator()
     view.addActions(list(a.heat.values()))
     view.addActions(list(a.heat_metric.values()))

@@ -37,8 +37,12 @@ from typing import Callable, Iterable
 
 from ir.graph import Graph
 from studio.gui.passes import Pass, classify
+from transforms.layers import layer_of
 
 ROOT = "group:"
+STACKED = ROOT + "~"          # a layer's group in a stacked tree: ``group:~layer 7``
+PHASE_NAMES = {Pass.FORWARD: "forward", Pass.BACKWARD: "grad", Pass.OPTIMIZER: "update"}
+OUTSIDE_LAYERS = "outside layers"
 MAX_CHILDREN = 120
 CHUNK = 48
 _PROVENANCE = re.compile(r"^(?:[a-z_]+:(?!:))+")
@@ -81,17 +85,54 @@ class Group:
     pass_: Pass | None = None        # the one pass of all its kernels, None when mixed
 
 
+def _inside(path: tuple[str, ...], ident: str, stacked: set) -> tuple[str, ...]:
+    """A kernel's scopes inside its stacked group: for a layer's kernel, ``path`` after the layer's
+    numbered component (``grad/layer/7/attention/self`` → ``attention/self``); otherwise ``path``
+    without a leading phase word (``grad/classifier`` → ``classifier``)."""
+    hit = layer_of(ident)
+    if hit is not None and hit[0] in stacked:
+        want = (*hit[0].stem.split("."), str(hit[1]))
+        for k in range(len(want) - 1, len(path)):
+            if path[k - len(want) + 1:k + 1] == want:
+                return path[k + 1:]
+    return path[1:] if path[:1] and path[0] in PHASE_NAMES.values() else path
+
+
+def stacked_paths(graph: Graph, passes: dict[str, Pass | None]) -> tuple[dict[str, tuple[str, ...]], set]:
+    """Where a training step's kernels go in a stacked tree: ``(layer, phase)`` (``~layer 7``, ``grad``)
+    for the kernels of families of two layers or more, ``(~outside layers, phase)`` for the others; and
+    those families. ({}, set()) for a model without repeated layers or without a backward pass."""
+    if all(p is Pass.FORWARD for p in passes.values()):
+        return {}, set()
+    found: dict[str, tuple] = {}
+    indices: dict = {}
+    for ident in graph.nodes:
+        hit = layer_of(ident)
+        if hit is not None:
+            found[ident] = hit
+            indices.setdefault(hit[0], set()).add(hit[1])
+    stacked = {family for family, seen in indices.items() if len(seen) > 1}
+    if not stacked:
+        return {}, set()
+    tag = STACKED[len(ROOT):]
+    return {ident: (f"{tag}{found[ident][0].stem} {found[ident][1]}" if found.get(ident, (None,))[0] in stacked
+                    else f"{tag}{OUTSIDE_LAYERS}", PHASE_NAMES[passes[ident]]) for ident in graph.nodes}, stacked
+
+
 class _Raw:
     """The raw tree of a graph: one group per scope path, children in first-kernel order."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, stacked: tuple[dict[str, tuple[str, ...]], set] = ({}, set())) -> None:
         self.children: dict[str, list[str]] = {ROOT: []}
         self.label: dict[str, str] = {ROOT: graph.name}
         self.parent: dict[str, str] = {}             # kernel -> its raw group
         self.leaf_label: dict[str, str] = {}
         known: dict[tuple[str, ...], str] = {}       # scope path -> its group (most kernels share one)
+        where, families = stacked
         for node in graph.nodes.values():
             path, leaf = scope_path(node.name or node.id)
+            if node.id in where:
+                path = where[node.id] + _inside(path, node.id, families)
             self.leaf_label[node.id] = leaf
             key = known.get(path)
             if key is None:
@@ -106,6 +147,8 @@ class _Raw:
             if child not in self.children:
                 self.children[child] = []
                 self.label[child] = f"{path[k - 1]} {path[k]}" if k and path[k].isdigit() else path[k]
+                if k == 0 and child.startswith(STACKED):
+                    self.label[child] = path[0][len(STACKED) - len(ROOT):]
                 self.children[key].append(child)
             key = child
         return key
@@ -114,12 +157,12 @@ class _Raw:
 class ScopeTree:
     """Groups, parents, passes and aggregated edges of one graph (see the module docstring)."""
 
-    def __init__(self, graph: Graph, *, max_children: int = MAX_CHILDREN, chunk: int = CHUNK,
+    def __init__(self, graph: Graph, *, max_children: int = MAX_CHILDREN, chunk: int = CHUNK, stack: bool = True,
                  _reuse: tuple["ScopeTree", set[str]] | None = None) -> None:
-        self.max_children, self.chunk = max_children, chunk
+        self.max_children, self.chunk, self.stack = max_children, chunk, stack
         self.passes: dict[str, Pass | None] = dict(classify(graph))
         self.order = {ident: k for k, ident in enumerate(graph.nodes)}
-        raw = _Raw(graph)
+        raw = _Raw(graph, stacked_paths(graph, self.passes) if stack else ({}, set()))
         self.leaf_label, self.raw_parent = raw.leaf_label, raw.parent
         self.groups: dict[str, Group] = {}
         self.parent: dict[str, str] = {}
@@ -129,6 +172,8 @@ class ScopeTree:
         self._reused_groups: list[str] = []
         old, dirty = self._dirty(raw, _reuse)
         self._realize(raw, ROOT, old, dirty)
+        root = self.groups[ROOT]                     # a stacked tree lists its layers first, as the Outline does
+        root.children.sort(key=lambda c: not c.startswith(STACKED) or c == STACKED + OUTSIDE_LAYERS)
         self.chain: dict[str, tuple[str, ...]] = {}
         self._chains()
         self.edges: dict[str, dict[tuple[str, str], list[str]]] = {}
@@ -136,7 +181,8 @@ class ScopeTree:
 
     def updated(self, graph: Graph, touched: Iterable[str]) -> "ScopeTree":
         """The tree of ``graph``, which differs from this tree's graph only in the kernels ``touched``."""
-        return ScopeTree(graph, max_children=self.max_children, chunk=self.chunk, _reuse=(self, set(touched)))
+        return ScopeTree(graph, max_children=self.max_children, chunk=self.chunk, stack=self.stack,
+                         _reuse=(self, set(touched)))
 
     # --- what can be reused ------------------------------------------------------------
     def _dirty(self, raw: _Raw, reuse) -> tuple["ScopeTree | None", set[str]]:
@@ -330,10 +376,24 @@ class ScopeTree:
             stack.extend(c for c in reversed(self.groups[key].children) if c in expanded and c in self.groups)
         return out
 
+    @property
+    def stacked(self) -> bool:
+        """The root holds the layers' groups (``stacked_paths``): the view lays it out as a grid."""
+        return any(c.startswith(STACKED) for c in self.groups[ROOT].children)
+
     def initial_expansion(self, budget: int = 160) -> set[str]:
-        """Open the biggest groups first while the number of shown items stays within ``budget``."""
+        """Open the biggest groups first while the number of shown items stays within ``budget``; in a
+        stacked tree, the layers only (each shows its forward, grad and update)."""
         expanded: set[str] = set()
         shown = len(self.groups[ROOT].children)
+        if self.stacked:
+            outside = STACKED + OUTSIDE_LAYERS
+            for c in self.groups[ROOT].children:
+                extra = len(self.groups[c].children) - 1 if c.startswith(STACKED) and c != outside else 0
+                if extra and shown + extra <= budget:
+                    expanded.add(c)
+                    shown += extra
+            return expanded
         frontier = [c for c in self.groups[ROOT].children if c in self.groups]
         while frontier:
             frontier.sort(key=lambda c: -self.groups[c].size)

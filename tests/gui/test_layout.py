@@ -2,6 +2,7 @@
 signature cache, and the quick layered and patched layouts."""
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -76,3 +77,24 @@ def test_layered_breaks_cycles_and_patched_keeps_positions():
     renamed = lay.GroupShape(shape.key, ("new",) + shape.children[1:], shape.kinds, shape.edges, ("other",))
     patched = lay.patched(old, renamed, [lay.item_size(k) for k in shape.kinds])
     assert patched.boxes == old[1].boxes                         # the new child took the old one's place
+
+
+def test_a_grid_fills_rows_in_reading_order_at_the_asked_shape():
+    """A stacked tree's root (issue 38): items in reading order, in rows, the whole about as wide as the
+    aspect asks; no two boxes overlap; only neighbours in that order get an edge, border to border."""
+    sizes = [(380.0, 150.0)] * 12 + [(150.0, 36.0)] * 5
+    edges = [(k, k + 1, "n", 1) for k in range(16)] + [(16, 0, "n", 1)]
+    for aspect in (0.8, 1.6, 3.0):
+        g = lay.grid(sizes, edges, aspect)
+        assert abs(math.log(g.width / g.height / aspect)) < 0.45, (aspect, g.width, g.height)
+        order = sorted(range(len(sizes)), key=lambda i: (g.boxes[i][1], g.boxes[i][0]))
+        assert order == list(range(len(sizes))), "reading order"
+        for i, a in enumerate(g.boxes):
+            assert a[0] + a[2] <= g.width + 1e-6 and a[1] + a[3] <= g.height + 1e-6
+            for b in g.boxes[i + 1:]:
+                assert a[0] + a[2] <= b[0] or b[0] + b[2] <= a[0] or a[1] + a[3] <= b[1] or b[1] + b[3] <= a[1]
+        assert all(pts for pts in g.edges[:16]) and g.edges[16] == (), "a far edge is not drawn"
+        (x0, y0), (x1, y1) = g.edges[0][0], g.edges[0][-1]
+        a, b = g.boxes[0], g.boxes[1]
+        assert a[0] <= x0 <= a[0] + a[2] + 1e-6 and b[0] - 1e-6 <= x1 <= b[0] + b[2], "border to border"
+    assert lay.grid([], []).boxes == ()

@@ -51,3 +51,36 @@ def test_a_model_without_repeated_layers_is_one_row_by_phase():
     rows = outline(s.graph, s.ledger)
     assert [r.label for r in rows] == [WHOLE] and [c.label for c in rows[0].children] == ["forward", "grad", "update"]
     assert len(rows[0].kernels) == len(s.graph.nodes) and abs(rows[0].share - 1) < 1e-9
+
+
+def test_a_fit_of_the_stacked_step_fills_the_canvas_with_named_layer_plates(qtbot, make_window, tmp_path):
+    """Issue 38: the view stacks each layer's forward, grad and update in a plate named "layer k", and lays the
+    root out as a grid the shape of the view: a Fit of a 6-layer step covers at least 60 % of the canvas (one
+    wide update strip beside thin columns left about 90 % of it empty); the plates read "layer 1", never "1"."""
+    from studio.gui.overview import canvas_use
+    from studio.gui.scope_tree import OUTSIDE_LAYERS, STACKED
+    from tests.peer.hf_style_models import save_bert_stack
+    save_bert_stack(tmp_path / "bert6.onnx", layers=6)
+    w = make_window()
+    w.resize(1500, 950)
+    s = Session.open(tmp_path / "bert6.onnx", training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    w.set_session(s)
+    v = w.view
+    qtbot.waitUntil(lambda: v.task is None and v.placement is not None and v.placement.exact, timeout=60_000)
+    v.fit()
+    port = v.viewport()
+    used = canvas_use(v.placement, v.transform().m11(), port.width(), port.height())
+    assert used >= 0.6, used
+    frames = [v.tree.label(k) for k in v.placement.frames if v.placement.frames[k].depth == 1]
+    assert sorted(frames) == [f"layer {k}" for k in range(6)]
+    inner = {v.tree.label(k) for k in v.placement.boxes if k.startswith(STACKED)}
+    assert inner == {"forward", "grad", "update", OUTSIDE_LAYERS}, "the rest of the step: one box, last"
+    rows = {round(f.y) for f in v.placement.frames.values() if f.depth == 1}
+    assert len(rows) <= 3, "the layers share rows: not one thin column"
+    names = {name for _key, _rect, name, _line in v.plates()}
+    assert not names or names <= {*frames, "forward", "grad", "update", OUTSIDE_LAYERS}
+    w.actions_.stack_layers.setChecked(False)             # View → Stack layers, off: grouped by names alone
+    qtbot.waitUntil(lambda: v.task is None and v.placement is not None, timeout=60_000)
+    assert not v.tree.stacked and not any(k.startswith(STACKED) for k in v.tree.groups)
+    w.actions_.stack_layers.setChecked(True)
+    assert v.tree.stacked and w.actions_.stack_layers in w.actions()

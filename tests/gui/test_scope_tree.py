@@ -86,21 +86,31 @@ def tree_value(tree: ScopeTree) -> dict:
             "passes": tree.passes, "leaf_label": tree.leaf_label, "order": tree.order}
 
 
-def _varied_steps(session, n: int) -> None:
-    """Apply ``n`` steps, cycling through the transformations that apply (not just one kind)."""
+def _varied_steps(session, n: int, where: str = "") -> None:
+    """Apply ``n`` steps, cycling through the transformations that apply (not just one kind); ``where``: only
+    at kernels whose id holds it."""
     from studio.gui.ranking import candidates
     for k in range(n):
-        ok = [(t, m) for t, m in candidates(session.graph, None) if t.check(session.graph, m).ok]
+        within = [i for i in session.graph.nodes if where in i] if where else None
+        ok = [(t, m) for t, m in candidates(session.graph, within) if t.check(session.graph, m).ok]
         kinds = sorted({t.name for t, _ in ok})
         t, m = [(t, m) for t, m in ok if t.name == kinds[k % len(kinds)]][k // len(kinds) % 2 - 1]
         session.apply(t.name, m.anchors, t.params())
 
 
-@pytest.mark.parametrize("options", [{}, {"max_children": 6, "chunk": 3}], ids=["default", "chunked"])
-def test_incremental_tree_equals_a_fresh_one_through_apply_undo_redo_revert(options):
+@pytest.mark.parametrize("options", [{}, {"max_children": 6, "chunk": 3}, {"stacked": True}],
+                         ids=["default", "chunked", "stacked"])
+def test_incremental_tree_equals_a_fresh_one_through_apply_undo_redo_revert(options, request):
     from studio.gui import graph_diff
     from studio.session import Session
-    s = Session.open(EXAMPLE, autosave=False)
+    options, where = dict(options), ""
+    if options.pop("stacked", False):             # a training step's layers, stacked (issue 38): edits in layer 1
+        s = Session.open(request.getfixturevalue("bert3_stack"), training={"loss": "mse", "optimizer": "adamw"},
+                         autosave=False)
+        assert ScopeTree(s.graph).stacked
+        where = "layer.1"
+    else:
+        s = Session.open(EXAMPLE, autosave=False)
     shown, tree = s.graph, ScopeTree(s.graph, **options)
     shared = 0
 
@@ -111,17 +121,17 @@ def test_incremental_tree_equals_a_fresh_one_through_apply_undo_redo_revert(opti
         shared += sum(1 for k, g in new.groups.items() if tree.groups.get(k) is g)
         shown, tree = s.graph, new
 
-    _varied_steps(s, 1)
+    _varied_steps(s, 1, where)
     follow("the first apply")
     for k in range(2, 9):
-        _varied_steps(s, 1)
+        _varied_steps(s, 1, where)
         follow(f"apply {k}")
     for what, act in [("undo", s.undo), ("undo", s.undo), ("redo", s.redo), ("revert to 2", lambda: s.revert_to(2)),
                       ("redo", s.redo), ("revert to 0", lambda: s.revert_to(0)), ("revert to 8", lambda: s.revert_to(8))]:
         act()
         follow(what)
     s.revert_to(3)
-    _varied_steps(s, 2)                              # a new branch drops the redo tail
+    _varied_steps(s, 2, where)                       # a new branch drops the redo tail
     follow("a new branch")
     assert shared > 0                                # groups away from the touched kernels were reused, not rebuilt
 
@@ -146,9 +156,44 @@ def test_a_numbered_group_is_named_with_its_family(tmp_path):
     from tests.peer.hf_style_models import save_bert_stack
     save_bert_stack(tmp_path / "bert2.onnx", layers=2)
     s = Session.open(tmp_path / "bert2.onnx", training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
+    for tree in (ScopeTree(s.graph), ScopeTree(s.graph, stack=False)):
+        labels = {g.label for g in tree.groups.values()}
+        assert {"layer 0", "layer 1"} <= labels and not {"0", "1"} & labels
+
+
+def test_a_training_step_stacks_each_layers_forward_grad_and_update(bert3_stack):
+    """Issue 38: the layers of a training step are the root's groups, "layer k", each holding its own
+    forward, grad and update (the kernels ``transforms.layers`` puts in that layer, split by pass), and they
+    open first; the rest of the step follows them as "outside layers", split the same way and keeping its
+    scopes inside (loss, the head's grad, the embeddings' update). Without ``stack``, or for a forward model,
+    the tree follows the names alone."""
+    from studio.gui.passes import Pass
+    from studio.gui.scope_tree import OUTSIDE_LAYERS, PHASE_NAMES, STACKED
+    from studio.session import Session
+    from transforms.layers import layer_of
+    s = Session.open(bert3_stack, training={"loss": "mse", "optimizer": "adamw"}, autosave=False)
     tree = ScopeTree(s.graph)
-    labels = {g.label for g in tree.groups.values()}
-    assert {"layer 0", "layer 1"} <= labels and not {"0", "1"} & labels
+    assert tree.stacked
+    outside = STACKED + OUTSIDE_LAYERS
+    assert tree.groups[ROOT].children == [STACKED + f"layer {k}" for k in range(3)] + [outside]
+    layers = tree.groups[ROOT].children[:3]
+    assert [tree.label(c) for c in layers] == ["layer 0", "layer 1", "layer 2"]
+    for key in layers:
+        assert [tree.label(c) for c in tree.groups[key].children] == ["forward", "grad", "update"]
+        index = int(tree.label(key).split()[1])
+        assert {k for k in tree.members(key)} == {k for k in s.graph.nodes if (layer_of(k) or (0, -1))[1] == index}
+        for phase in tree.groups[key].children:
+            assert {PHASE_NAMES[tree.passes[k]] for k in tree.members(phase)} == {tree.label(phase)}
+    assert set(tree.members(outside)) == {k for k in s.graph.nodes if layer_of(k) is None}
+    assert {tree.label(c) for c in tree.groups[outside].children} == {"forward", "grad", "update"}
+    assert any(tree.label(g) == "loss" for g in tree.groups if g.startswith(outside)), "scopes kept inside"
+    assert tree.initial_expansion() == set(layers), "the layers open, each showing its three phases"
+    assert sorted(tree.members(ROOT)) == sorted(s.graph.nodes)
+    plain = ScopeTree(s.graph, stack=False)
+    assert not plain.stacked and not any(k.startswith(STACKED) for k in plain.groups)
+    forward = Session.open(bert3_stack, autosave=False).graph
+    assert all(p is Pass.FORWARD for p in ScopeTree(forward).passes.values())
+    assert not ScopeTree(forward).stacked, "a forward model has no grad or update to stack"
 
 
 def test_group_sums_in_one_pass_equal_each_groups_members(bert):
