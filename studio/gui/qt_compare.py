@@ -25,6 +25,7 @@ from ir.movement import Ledger
 from studio.gui.commands import step_text
 from studio.cli import human_bytes
 from studio.gui.compare import Comparison, compare, mirrored, scope_rows
+from studio.gui.describe import group_bytes
 from studio.gui.qt_graph_items import MARK_COLORS
 from studio.gui.qt_graph_view import QtGraphView
 from studio.gui.qt_workers import QtTask
@@ -38,16 +39,22 @@ TABLE_COLUMNS = ("scope", "kernels before", "kernels after", "bytes before", "by
 NOT_TIMED = "—"
 
 
-def _compare_work(session: Session, step: int, cursor: int, before, after, ledger: Ledger | None, now: Ledger,
-                  options: dict, token) -> tuple:
-    """On a worker: (step, before, after, before's Ledger, the Comparison, both scope trees)."""
+def _compare_work(session: Session, step: int, cursor: int, graphs: tuple, ledger: Ledger | None, now: Ledger,
+                  options: dict, times: tuple, token) -> tuple:
+    """On a worker: (step, before, after, before's Ledger, the Comparison, both scope trees with their groups'
+    bytes summed, the table's rows)."""
+    before, after = graphs
     ledger = ledger if ledger is not None else Ledger(before)
     token.check("comparing")
     d_new = [i for i in after.nodes if i not in before.nodes or after.nodes[i] is not before.nodes[i]]
     made_from = {i: session.origins(i, k=cursor, since=step) for i in d_new}
     comparison = compare(before, after, ledger.total.bytes, now.total.bytes, made_from)
     token.check("comparing")
-    return step, before, after, ledger, comparison, (ScopeTree(before, **options), ScopeTree(after, **options))
+    trees = (ScopeTree(before, **options), ScopeTree(after, **options))
+    group_bytes(trees[0], ledger)                       # kept per tree and ledger: the boxes read them
+    group_bytes(trees[1], now)
+    rows = scope_rows(before, after, ledger, now, times_before=times[0], times_after=times[1])
+    return step, before, after, ledger, comparison, trees, rows
 
 
 class QtCompareWindow(QWidget):
@@ -157,10 +164,10 @@ class QtCompareWindow(QWidget):
         step, cursor, before, after = self.step, s.cursor, s.graph_at(self.step), s.graph
         cached = self._ledgers.get(step)
         known = cached[1] if cached is not None and cached[0] is before else s.ledger if before is after else None
-        options = dict(self.left.tree_options)
+        options, times, now = dict(self.left.tree_options), (self._times(before), self._times(after)), s.ledger
         self._task = task = QtTask(f"Comparing step {step} with the current graph",
-                                   lambda token, _progress: _compare_work(s, step, cursor, before, after, known,
-                                                                          s.ledger, options, token))
+                                   lambda token, _progress: _compare_work(s, step, cursor, (before, after), known,
+                                                                          now, options, times, token))
         task.succeeded.connect(lambda result, task=task: self._show(task, result))
         task.failed.connect(lambda message, task=task: self._failed(task, message))
         task.start()
@@ -177,18 +184,30 @@ class QtCompareWindow(QWidget):
     def _show(self, task: QtTask, result) -> None:
         if task is not self._task:
             return
-        self._task = None
-        step, before, after, ledger, comparison, trees = result
+        step, before, after, ledger, comparison, trees, rows = result
         s = self.session
         if step != self.step or after is not s.graph or before is not s.graph_at(step):
+            self._task = None
             self.refresh()                             # the session moved on meanwhile
             return
         if before is not after:
             self._ledgers[step] = (before, ledger)
-        self.comparison, self._shown = comparison, (step, after)
+        self.comparison = comparison
         self.left.seed_tree(before, trees[0])
         self.right.seed_tree(after, trees[1])
         self.left.set_graph(before, ledger)
+        self._fill_table(rows)
+        QTimer.singleShot(0, lambda: self._show_right(task, step, after))  # one side per turn of the event loop
+
+    def _show_right(self, task: QtTask, step: int, after) -> None:
+        if task is not self._task:
+            return
+        self._task = None
+        s = self.session
+        if after is not s.graph:
+            self.refresh()
+            return
+        self._shown = (step, after)
         self.right.set_graph(after, s.ledger)
         self._syncing = True
         try:
@@ -202,7 +221,8 @@ class QtCompareWindow(QWidget):
             for kind, ids in marks.items():
                 view.set_marks(kind, ids)
         self.summary.setText(self.comparison.summary())
-        self._fill_times()
+        self.time_button.setEnabled(self._profiling is not None and (self._times(s.graph_at(step)) is None
+                                                                      or self._times(after) is None))
 
     @property
     def _profiling(self):
