@@ -131,7 +131,7 @@ class QtMainWindow(QMainWindow):
         self.addDockWidget(bottom, self.timings)
         self._tabify_timings = True                # on the first show (see showEvent)
         self.resizeDocks([self.transformations], [470], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.history], [250], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.history], [300], Qt.Orientation.Horizontal)    # the Outline's figures fit
         self.resizeDocks([self.movement], [240], Qt.Orientation.Vertical)
 
     def _build_toolbar(self) -> None:

@@ -22,7 +22,8 @@ class QtOutlineDock(QDockWidget):
         self.filter.setClearButtonEnabled(True)
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Part", "Kernels", "Bytes", "Time", "Share"])
-        self.tree.setColumnWidth(0, 130)
+        for column, width in enumerate((100, 56, 72, 60, 52)):     # Part, Kernels, Bytes, Time, Share
+            self.tree.setColumnWidth(column, width)
         self.tree.setUniformRowHeights(True)
         body = QWidget()
         col = QVBoxLayout(body)
@@ -61,6 +62,7 @@ class QtOutlineDock(QDockWidget):
         if w.session is None or task.context["graph"] is not w.session.graph:
             return                                   # an older graph's outline
         self.rows = rows
+        self.tree.setColumnHidden(3, all(row.seconds is None for row in rows))   # Time: once profiled
         self.tree.clear()
         for row in self.rows:
             item = self._item(self.tree, row)

@@ -21,9 +21,15 @@ ImageMagick's ``import -window root`` at four moments:
   expansion, fusions): the original graph beside the optimized one, merged (purple), added
   and changed kernels marked, a fused kernel hovered on the right with the originals it was
   made from highlighted on the left, and the before/after table per scope with the time of each
-  side measured ("Time both sides").
+  side measured ("Time both sides");
+- ``outline_layers.png``: a 4-layer BERT's training step (``resources/examples/bert_stack4_tiny.onnx``,
+  the step generated on opening), stacked: each layer's plate holds its forward, grad and update,
+  the root a grid at Fit, and the Outline dock listing the layers with their bytes and share;
+- ``fused_kernels.png``: the same step after the substation recipe tuned one layer and repeated it on the
+  equal ones, zoomed into a layer: fused kernels named from what they were made of ("GEMM + bias",
+  "LayerNorm + residual"), one of them selected with its lineage in Properties.
 
-Exit code 0 when all seven files were written.
+Exit code 0 when all nine files were written.
 """
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ from pathlib import Path
 
 SIZE = (1600, 1000)
 SHOTS = ("overview_fit.png", "main_heatmap.png", "transformations_preview.png", "zoomed.png",
-         "profile_selection.png", "timings_roofline.png", "compare.png")
+         "profile_selection.png", "timings_roofline.png", "compare.png", "outline_layers.png", "fused_kernels.png")
 
 
 def _free_display() -> str:
@@ -123,6 +129,7 @@ def _shoot(out: Path) -> None:
     _shoot_selection(app, w, out)
     _shoot_timings(app, w, out)
     _shoot_compare(app, w, out)
+    _shoot_layers(app, w, out)
     w.close()
 
 
@@ -184,6 +191,42 @@ def _shoot_compare(app, w, out: Path) -> None:
     cmp.right.hoveredKernel.emit(fused)           # what the pointer over it shows: its originals, left
     _settle(app, 1.5)
     _capture(out / "compare.png")
+
+
+def _shoot_layers(app, w, out: Path) -> None:
+    """A 4-layer step stacked by layer with the Outline; then tuned on one layer, repeated on the equal ones,
+    and zoomed in on its fused kernels' names."""
+    from studio.gui.describe import kernel_title
+    from studio.gui.qt_main_window import EXAMPLE
+    from studio.recipe import tune_one_layer
+    from studio.session import Session
+    model = EXAMPLE.with_name("bert_stack4_tiny.onnx")
+    training = {"loss": "mse", "optimizer": "adamw"}
+    w.set_heat_metric("bytes")
+    w.set_heatmap(None)                           # the earlier shots' time heatmap: off
+    w.set_session(Session.open(model, training=training, autosave=False))
+    w.movement.raise_()
+    w.outline.show()
+    w.outline.raise_()
+    _wait(app, lambda: w.outline.tree.topLevelItemCount() == 5 and w.view.placement is not None
+          and w.view.placement.exact and w.view.task is None)
+    w.view.fit()
+    _settle(app, 1.0)
+    _capture(out / "outline_layers.png")
+    tuned = Session.open(model, training=training, autosave=False)
+    tune_one_layer(tuned)
+    w.set_session(tuned)
+    g = tuned.graph
+    fused = [i for i in g.nodes if "layer.2" in i and " + " in kernel_title(g.nodes[i])]
+    if not fused:
+        raise SystemExit("the tuned step has no fused kernel in layer 2 to show")
+    best = max(fused, key=lambda i: len(tuned.origins(i)))
+    w.view.reveal(best, zoom=True)
+    _wait(app, lambda: w.view.placement.exact and w.view.task is None)
+    w.view.select([best])
+    w.properties.raise_()
+    _settle(app, 1.0)
+    _capture(out / "fused_kernels.png")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,10 @@ def test_the_outline_dock_filters_and_frames_a_layer(qtbot, make_window, bert3_s
     top = [w.outline.tree.topLevelItem(k) for k in range(4)]
     assert [t.text(0) for t in top] == ["layer 0", "layer 1", "layer 2", OUTSIDE]
     assert top[1].childCount() == 3 and top[1].text(4).endswith("%")
+    tree = w.outline.tree                                  # before: Bytes, Time and Share were cut at the edge
+    assert tree.isColumnHidden(3), "no profile yet: no Time column"
+    shown = sum(tree.columnWidth(c) for c in range(5) if not tree.isColumnHidden(c))
+    assert shown <= tree.viewport().width() + 2, (shown, tree.viewport().width())
     w.outline.filter.setText("layer 1")
     assert [t.isHidden() for t in top] == [True, False, True, True]
     qtbot.waitUntil(lambda: w.view.task is None, timeout=60_000)
