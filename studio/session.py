@@ -16,6 +16,7 @@ built once per session). No Qt here: the GUI's QUndoCommands call these methods.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -55,6 +56,34 @@ class State:
     application: Application | None
 
 
+class _After:
+    """A state's ``MatchIndex`` still to derive from the one before (``MatchIndex.after``), on first use: by the
+    ranking worker that asks for it, not on the GUI thread that records the step (55 ms of a transfer's
+    commit at 12 layers). A chain longer than ``MAX_LAZY`` is not kept: that state builds its index afresh."""
+
+    def __init__(self, base: "MatchIndex | _After", graph: Graph, app: Application) -> None:
+        self.base, self.graph, self.app = base, graph, app
+        self.index: MatchIndex | None = None
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def depth(index: "MatchIndex | _After") -> int:
+        n = 0
+        while isinstance(index, _After) and index.index is None:
+            n, index = n + 1, index.base
+        return n
+
+    def get(self) -> MatchIndex:
+        with self.lock:
+            if self.index is None:
+                base = self.base.get() if isinstance(self.base, _After) else self.base
+                self.index, self.base = base.after(self.graph, self.app), None
+            return self.index
+
+
+MAX_LAZY = 8
+
+
 @dataclass(frozen=True)
 class Planned:
     """A step worked out without changing the session (``plan_apply``, ``plan_transfer``: a GUI worker
@@ -66,6 +95,7 @@ class Planned:
     app: Application
     base: Graph
     cursor: int
+    tree: Any = None          # what a view derived for ``graph`` while planning (the GUI's scope tree)
 
 
 @dataclass(frozen=True)
@@ -132,7 +162,7 @@ class Session:
         self.bindings = dict(graph.bindings)
         self.training: dict | None = None
         self._states: list[State] = [State(graph, Ledger(graph), None)]
-        self._indexes: list[MatchIndex | None] = [None]     # per state, built on first use
+        self._indexes: list[MatchIndex | _After | None] = [None]     # per state, built on first use
         self._steps: list[Step] = []
         self._cursor = 0
         self._observers: list[Observer] = []
@@ -224,9 +254,12 @@ class Session:
         k = next((i for i in range(len(self._states) - 1, -1, -1) if self._states[i].graph is graph), None)
         if k is None:
             return MatchIndex(graph)
-        if self._indexes[k] is None:
-            self._indexes[k] = MatchIndex(graph)
-        return self._indexes[k]
+        index = self._indexes[k]
+        if isinstance(index, _After):
+            index = self._indexes[k] = index.get()
+        elif index is None:
+            index = self._indexes[k] = MatchIndex(graph)
+        return index
 
     def candidates(self, within: Iterable[str] | None = None, names: Iterable[str] | None = None,
                    graph: Graph | None = None):
@@ -367,7 +400,8 @@ class Session:
         del self._indexes[self._cursor + 1:]
         del self._steps[self._cursor:]
         self._states.append(State(graph, ledger, app))
-        self._indexes.append(index.after(graph, app) if index is not None else None)
+        self._indexes.append(_After(index, graph, app) if index is not None and _After.depth(index) < MAX_LAZY
+                             else None)
         if len(self._indexes) > KEPT_INDEXES:     # older states rebuild theirs if revisited
             self._indexes[-KEPT_INDEXES - 1] = None
         self._steps.append(step)

@@ -10,15 +10,21 @@ on the GUI thread (``Session.commit``), which refuses it if the session changed 
 row standing for equal layers ("× N") plans its apply and the transfer after it the same way."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+from studio.gui import graph_diff
 from studio.gui.commands import ApplyCommand, step_text
 from studio.gui.ranking import copy_layers
 from transforms.history import TRANSFER
 from transforms.layers import layer_of
 
 
-def _plan(session, layer: str, k: int, targets: list[str] | None, first: tuple | None, token, progress):
+def _plan(session, layer: str, k: int, targets: list[str] | None, first: tuple | None, token, progress,
+          shown: tuple | None = None):
     """On a worker: [the planned apply of ``first`` (name, anchors, params), if any, then the transfer];
-    None when no layer is equal to ``layer``."""
+    None when no layer is equal to ``layer``. ``shown``: the view's (graph, scope tree); when the plan starts
+    from that graph, the last planned graph's tree is derived here too (``Planned.tree``), not on the GUI
+    thread when the view follows the commit."""
     progress(0, 0, f"working out the steps on the layers equal to {layer}…")
     planned = [session.plan_apply(*first)] if first is not None else []
     token.check("repeating on equal layers")
@@ -27,6 +33,9 @@ def _plan(session, layer: str, k: int, targets: list[str] | None, first: tuple |
         if not targets:
             return None
     planned.append(session.plan_transfer(layer, k, targets, after=planned[0] if planned else None))
+    if shown is not None and shown[0] is planned[0].base:
+        final = planned[-1].graph
+        planned[-1] = replace(planned[-1], tree=shown[1].updated(final, graph_diff.changes(shown[0], final).touched))
     return planned
 
 
@@ -36,17 +45,25 @@ def _start(window, title: str, layer: str, k: int, targets, first, done, fail: s
         window.say("Still working out the last repeat on equal layers", error=True,
                    detail="Wait for it to finish (the status bar shows it), then try again")
         return False
-    s = window.session
-    task = window.run_task(title, lambda token, progress: _plan(s, layer, k, targets, first, token, progress),
+    s, view = window.session, window.view
+    shown = (view.graph, view.tree) if view.tree is not None else None
+    task = window.run_task(title, lambda token, progress: _plan(s, layer, k, targets, first, token, progress, shown),
                            context={"fail": fail})
     window._transfer_task = task
 
     def finished() -> None:
         window._transfer_task = None
     task.finished.connect(finished)
-    task.succeeded.connect(lambda planned: done(planned) if window.session is s else None)
+    task.succeeded.connect(lambda planned: done(_seeded(window, planned)) if window.session is s else None)
     task.failed.connect(window._task_failed)
     return True
+
+
+def _seeded(window, planned):
+    """Hand the view the scope tree the worker derived for the planned graph."""
+    if planned and planned[-1].tree is not None:
+        window.view.seed_tree(planned[-1].graph, planned[-1].tree)
+    return planned
 
 
 def repeat_on_equal_layers(window) -> bool:

@@ -26,6 +26,11 @@ def test_repeat_on_equal_layers(make_window, bert3_stack, qtbot, monkeypatch):
     w.actions_.repeat_layers.trigger()                  # worked out on a worker, recorded on the GUI thread
     assert s.cursor == 1 and w._transfer_task is not None
     qtbot.waitUntil(lambda: w._transfer_task is None, timeout=60_000)
+    w.refresh()
+    from studio.gui.scope_tree import ScopeTree
+    from tests.gui.test_scope_tree import tree_value
+    assert w.view.graph is s.graph and tree_value(w.view.tree) == tree_value(ScopeTree(s.graph)), \
+        "the tree the worker derived for the view is the tree of the new graph"
     assert s.steps[-1].is_transfer and s.cursor == 2 and w.stack.count() == 2
     assert w.stack.text(1).startswith("repeat on equal layers ×") and set(s.graph.nodes) != kernels_before
     for k in others:
