@@ -200,6 +200,11 @@ class Session:
     def ledger(self) -> Ledger:
         return self._states[self._cursor].ledger
 
+    def ledger_at(self, k: int) -> Ledger:
+        """The figures of ``graph_at(k)`` (kept with every state: nothing to count again)."""
+        self.graph_at(k)                              # the same error for a step that does not exist
+        return self._states[k].ledger
+
     @property
     def cursor(self) -> int:
         """Number of steps currently applied."""

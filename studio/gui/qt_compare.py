@@ -12,7 +12,7 @@ Navigation is mirrored: wheel zoom, scrolling (the other side centres on the sam
 scene point), opening and closing groups, and selection (the same kernel id, or for a
 kernel only one side has, the item standing for its scope group on the other side).
 The window follows the session: after an apply or undo the right side shows the new
-current graph. The comparison, the older graph's figures and both sides' scope trees are made on a
+current graph. The comparison, both sides' scope trees and the table are made on a
 worker thread (``ready()`` once they show). It is a child window of the main window (closed with it).
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from studio.gui.commands import step_text
 from studio.cli import human_bytes
 from studio.gui.compare import Comparison, compare, mirrored, scope_rows
 from studio.gui.describe import group_bytes
+from studio.gui.jobs import foreground, gui_busy, hold_workers
 from studio.gui.qt_graph_items import MARK_COLORS
 from studio.gui.qt_graph_view import QtGraphView
 from studio.gui.qt_workers import QtTask
@@ -37,20 +38,26 @@ KINDS = ("removed", "merged", "added", "changed")
 TABLE_COLUMNS = ("scope", "kernels before", "kernels after", "bytes before", "bytes after", "bytes after / before",
                  "time before", "time after", "time after / before")
 NOT_TIMED = "—"
+HOLD_S = 0.4           # workers wait this long while a side of the comparison is built and first painted
 
 
-def _compare_work(session: Session, step: int, cursor: int, graphs: tuple, ledger: Ledger | None, now: Ledger,
-                  options: dict, times: tuple, token) -> tuple:
-    """On a worker: (step, before, after, before's Ledger, the Comparison, both scope trees with their groups'
-    bytes summed, the table's rows)."""
+def _compare_work(session: Session, step: int, cursor: int, graphs: tuple, ledger: Ledger, now: Ledger,
+                  options: dict, times: tuple, trees: tuple, token) -> tuple:
+    """On a worker: (step, before, after, before's Ledger, the Comparison, both scope trees (those in ``trees``
+    that are None built here: the main view has the others) with their groups' bytes summed, the table's rows)."""
+    with foreground():
+        return _compare(session, step, cursor, graphs, ledger, now, options, times, trees, token)
+
+
+def _compare(session: Session, step: int, cursor: int, graphs: tuple, ledger: Ledger, now: Ledger,
+             options: dict, times: tuple, trees: tuple, token) -> tuple:
     before, after = graphs
-    ledger = ledger if ledger is not None else Ledger(before)
+    trees = tuple(tree if tree is not None else ScopeTree(graph, **options) for graph, tree in zip(graphs, trees))
     token.check("comparing")
     d_new = [i for i in after.nodes if i not in before.nodes or after.nodes[i] is not before.nodes[i]]
     made_from = {i: session.origins(i, k=cursor, since=step) for i in d_new}
     comparison = compare(before, after, ledger.total.bytes, now.total.bytes, made_from)
     token.check("comparing")
-    trees = (ScopeTree(before, **options), ScopeTree(after, **options))
     group_bytes(trees[0], ledger)                       # kept per tree and ledger: the boxes read them
     group_bytes(trees[1], now)
     rows = scope_rows(before, after, ledger, now, times_before=times[0], times_after=times[1])
@@ -69,9 +76,13 @@ class QtCompareWindow(QWidget):
         self.comparison: Comparison | None = None
         self._shown: tuple | None = None             # (step, current graph) the comparison on show is of
         self._task: QtTask | None = None
-        self._ledgers: dict[int, tuple] = {}         # step -> (its graph, that graph's Ledger)
         self.left = QtGraphView(self, layout_timeout_s)
         self.right = QtGraphView(self, layout_timeout_s)
+        main = getattr(parent, "view", None)
+        for view in (self.left, self.right):          # layouts are keyed by shape: the main view's serve here too
+            view.tree_options = dict(main.tree_options) if main is not None else {}
+            if main is not None:
+                view.book.cache = main.book.cache
         self.picker = QComboBox(self)
         self.summary = QLabel(self)
         self.table = QTableWidget(0, len(TABLE_COLUMNS), self)
@@ -154,7 +165,7 @@ class QtCompareWindow(QWidget):
 
     def refresh(self) -> None:
         """Show the chosen step against the session's current graph (keeping open groups and the zoom). The
-        comparison, the older graph's figures and both scope trees are made on a worker (0.55 s of the GUI
+        comparison, both scope trees and the table are made on a worker (0.55 s of the GUI
         thread at 12 layers); a newer refresh replaces a running one."""
         s = self.session
         if self.picker.count() != len(s.steps) + 1:
@@ -162,12 +173,14 @@ class QtCompareWindow(QWidget):
         if self._task is not None:
             self._task.cancel()
         step, cursor, before, after = self.step, s.cursor, s.graph_at(self.step), s.graph
-        cached = self._ledgers.get(step)
-        known = cached[1] if cached is not None and cached[0] is before else s.ledger if before is after else None
+        known = s.ledger_at(step)                       # every state keeps its figures
         options, times, now = dict(self.left.tree_options), (self._times(before), self._times(after)), s.ledger
+        main = getattr(self.parent(), "view", None)
+        trees = tuple(main.cached_tree(g) if main is not None and main.tree_options == options else None
+                      for g in (before, after))
         self._task = task = QtTask(f"Comparing step {step} with the current graph",
                                    lambda token, _progress: _compare_work(s, step, cursor, (before, after), known,
-                                                                          now, options, times, token))
+                                                                          now, options, times, trees, token))
         task.succeeded.connect(lambda result, task=task: self._show(task, result))
         task.failed.connect(lambda message, task=task: self._failed(task, message))
         task.start()
@@ -190,13 +203,13 @@ class QtCompareWindow(QWidget):
             self._task = None
             self.refresh()                             # the session moved on meanwhile
             return
-        if before is not after:
-            self._ledgers[step] = (before, ledger)
         self.comparison = comparison
         self.left.seed_tree(before, trees[0])
         self.right.seed_tree(after, trees[1])
-        self.left.set_graph(before, ledger)
-        self._fill_table(rows)
+        with gui_busy():                                # the ranker waits while this side is built and painted
+            hold_workers(HOLD_S)
+            self.left.set_graph(before, ledger)
+            self._fill_table(rows)
         QTimer.singleShot(0, lambda: self._show_right(task, step, after))  # one side per turn of the event loop
 
     def _show_right(self, task: QtTask, step: int, after) -> None:
@@ -208,6 +221,7 @@ class QtCompareWindow(QWidget):
             self.refresh()
             return
         self._shown = (step, after)
+        hold_workers(HOLD_S)
         self.right.set_graph(after, s.ledger)
         self._syncing = True
         try:
@@ -246,8 +260,7 @@ class QtCompareWindow(QWidget):
         before, after = s.graph_at(self.step), s.graph
         tb, ta = self._times(before), self._times(after)
         self.time_button.setEnabled(self._profiling is not None and (tb is None or ta is None))
-        ledger = s.ledger if before is after else self._ledgers[self.step][1]
-        self._fill_table(scope_rows(before, after, ledger, s.ledger, times_before=tb, times_after=ta))
+        self._fill_table(scope_rows(before, after, s.ledger_at(self.step), s.ledger, times_before=tb, times_after=ta))
 
     def _fill_table(self, rows) -> None:
         self.table.setRowCount(len(rows))

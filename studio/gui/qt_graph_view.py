@@ -127,6 +127,11 @@ class QtGraphView(QGraphicsView):
         if self.graph is not None:
             self.set_graph(self.graph, self.ledger, keep_expanded=False)
 
+    def cached_tree(self, graph: Graph) -> ScopeTree | None:
+        """``graph``'s scope tree with the current options, if this view has built it (undo keeps 32)."""
+        hit = self._trees.get((id(graph), tuple(sorted(self.tree_options.items()))))
+        return hit[1] if hit is not None and hit[0] is graph else None
+
     def seed_tree(self, graph: Graph, tree: ScopeTree) -> None:
         """Take ``graph``'s scope tree built elsewhere (a loading worker) with the current options."""
         self._trees[(id(graph), tuple(sorted(self.tree_options.items())))] = (graph, tree)

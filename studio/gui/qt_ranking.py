@@ -20,6 +20,7 @@ from collections import OrderedDict
 
 from PySide6.QtCore import QObject, QThreadPool, QTimer
 
+from studio.gui.jobs import background
 from studio.gui.qt_workers import QtTask
 from studio.gui.ranking import rank_groups
 
@@ -75,10 +76,12 @@ class QtRanker(QObject):
         if self.task is not None:
             self.task.cancel()
         session = w.session
-        task = w.run_task("Ranking matches", lambda token, progress: rank_groups(
-            graph, sel, vp, token=token, progress=progress, index=session.match_index(graph),
-            on_group=lambda label, rows: progress.partial((label, rows))), track=False,
-            context={"key": key, "graph": graph, "shown": {}}, pool=self.pool)
+        def work(token, progress):
+            with background():                         # gives way to a comparison or a repeat being planned
+                return rank_groups(graph, sel, vp, token=token, progress=progress, index=session.match_index(graph),
+                                   on_group=lambda label, rows: progress.partial((label, rows)))
+        task = w.run_task("Ranking matches", work, track=False, context={"key": key, "graph": graph, "shown": {}},
+                          pool=self.pool)
         task.progressed.connect(self._progress)
         task.partial.connect(self._part)
         task.succeeded.connect(self._done)

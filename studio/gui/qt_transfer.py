@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from studio.gui import graph_diff
 from studio.gui.commands import ApplyCommand, step_text
+from studio.gui.jobs import foreground
 from studio.gui.ranking import copy_layers
 from transforms.history import TRANSFER
 from transforms.layers import layer_of
@@ -25,6 +26,11 @@ def _plan(session, layer: str, k: int, targets: list[str] | None, first: tuple |
     None when no layer is equal to ``layer``. ``shown``: the view's (graph, scope tree); when the plan starts
     from that graph, the last planned graph's tree is derived here too (``Planned.tree``), not on the GUI
     thread when the view follows the commit."""
+    with foreground():                                 # the ranking gives way while the user waits
+        return _plan_steps(session, layer, k, targets, first, token, progress, shown)
+
+
+def _plan_steps(session, layer, k, targets, first, token, progress, shown):
     progress(0, 0, f"working out the steps on the layers equal to {layer}…")
     planned = [session.plan_apply(*first)] if first is not None else []
     token.check("repeating on equal layers")

@@ -338,7 +338,7 @@ def test_compare_shows_measured_time_per_scope(qtbot, window):
     qtbot.waitUntil(lambda: not w.profiling.busy, timeout=PROFILE_MS)
     assert all(x != NOT_TIMED for x in cells(col["time after"])) and not win.time_button.isEnabled()
     after = w.profiling.measured[s.graph]
-    rows = scope_rows(s.graph_at(0), s.graph, win._ledgers[0][1], s.ledger,
+    rows = scope_rows(s.graph_at(0), s.graph, s.ledger_at(0), s.ledger,
                       times_before={k.node_id: k.samples.median_s for k in before.kernels if k.ok},
                       times_after={k.node_id: k.samples.median_s for k in after.kernels if k.ok})
     assert abs(sum(r.time_after for r in rows) - after.total_s) <= 1e-9 * max(1.0, after.total_s)
