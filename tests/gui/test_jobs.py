@@ -53,3 +53,50 @@ def test_a_cancel_during_the_burst_reaches_a_worker_waiting_to_commit():
     assert out and out[0][0] == "the work was cancelled"
     with pytest.raises(Cancelled):
         token.check()
+
+
+def test_background_work_waits_for_foreground_work_and_holds():
+    """Ranking (``background``) waits at its checks while a comparison or a planned repeat (``foreground``)
+    runs, and while a hold lasts; foreground work and unmarked workers never wait for foreground work."""
+    from studio.gui.jobs import background, foreground, hold_workers
+    token, out = CancelToken(), []
+    fg_started, fg_release = threading.Event(), threading.Event()
+
+    def fg() -> None:
+        with foreground():
+            fg_started.set()
+            token.check("the comparison")                # foreground work does not wait for itself
+            out.append(("foreground checked", time.perf_counter()))
+            fg_release.wait(5)
+
+    def bg() -> None:
+        with background():
+            token.check("the ranking")
+            out.append(("background checked", time.perf_counter()))
+
+    def plain() -> None:
+        token.check("the layout")
+        out.append(("plain checked", time.perf_counter()))
+    f = threading.Thread(target=fg)
+    f.start()
+    fg_started.wait(5)
+    workers = [threading.Thread(target=bg), threading.Thread(target=plain)]
+    for t in workers:
+        t.start()
+    time.sleep(0.3)
+    assert [name for name, _ in out] in (["foreground checked", "plain checked"],
+                                         ["plain checked", "foreground checked"]), out
+    released = time.perf_counter()
+    fg_release.set()
+    for t in (f, *workers):
+        t.join(5)
+    assert out[-1][0] == "background checked" and out[-1][1] >= released
+    hold_workers(0.3)
+    t0 = time.perf_counter()
+    held = threading.Thread(target=plain)
+    held.start()
+    held.join(5)
+    assert out[-1][1] - t0 >= 0.25, "a worker waits out the hold"
+    t0 = time.perf_counter()
+    token.check("the GUI thread")                        # the main thread is never held
+    assert time.perf_counter() - t0 < 0.05
