@@ -16,8 +16,7 @@ built once per session). No Qt here: the GUI's QUndoCommands call these methods.
 from __future__ import annotations
 
 import os
-import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -28,6 +27,7 @@ from ir.movement import Ledger, lower_bound
 from ir.onnx_import import FORWARD_KEY, import_model
 from ir.onnx_load import read_model
 from ir.serialize import HashCache, graph_hash
+from studio.session_states import MAX_LAZY, LazyIndex, Metrics, Planned, State
 from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import TRANSFER, History, HistoryError, Step, check_model, load, save
@@ -45,71 +45,6 @@ KEPT_INDEXES = 32       # match indexes kept for the newest states (each holds e
 def _default_threads() -> int:
     from codegen.numba_cpu.threads import default_threads
     return default_threads()
-
-
-@dataclass(frozen=True)
-class State:
-    """The graph and figures after a number of steps."""
-
-    graph: Graph
-    ledger: Ledger
-    application: Application | None
-
-
-class _After:
-    """A state's ``MatchIndex`` still to derive from the one before (``MatchIndex.after``), on first use: by the
-    ranking worker that asks for it, not on the GUI thread that records the step (55 ms of a transfer's
-    commit at 12 layers). A chain longer than ``MAX_LAZY`` is not kept: that state builds its index afresh."""
-
-    def __init__(self, base: "MatchIndex | _After", graph: Graph, app: Application) -> None:
-        self.base, self.graph, self.app = base, graph, app
-        self.index: MatchIndex | None = None
-        self.lock = threading.Lock()
-
-    @staticmethod
-    def depth(index: "MatchIndex | _After") -> int:
-        n = 0
-        while isinstance(index, _After) and index.index is None:
-            n, index = n + 1, index.base
-        return n
-
-    def get(self) -> MatchIndex:
-        with self.lock:
-            if self.index is None:
-                base = self.base.get() if isinstance(self.base, _After) else self.base
-                self.index, self.base = base.after(self.graph, self.app), None
-            return self.index
-
-
-MAX_LAZY = 8
-
-
-@dataclass(frozen=True)
-class Planned:
-    """A step worked out without changing the session (``plan_apply``, ``plan_transfer``: a GUI worker
-    thread plans, the GUI thread commits), recorded by ``commit`` only while the session is still at
-    ``cursor`` steps with ``base`` as its graph."""
-
-    step: Step
-    graph: Graph
-    app: Application
-    base: Graph
-    cursor: int
-    tree: Any = None          # what a view derived for ``graph`` while planning (the GUI's scope tree)
-
-
-@dataclass(frozen=True)
-class Metrics:
-    bytes: int
-    bytes_read: int
-    bytes_written: int
-    bound: int
-    flops: int
-    kernels: int
-
-    @property
-    def ratio(self) -> float:
-        return self.bytes / self.bound if self.bound else 0.0
 
 
 def load_graph(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
@@ -162,7 +97,7 @@ class Session:
         self.bindings = dict(graph.bindings)
         self.training: dict | None = None
         self._states: list[State] = [State(graph, Ledger(graph), None)]
-        self._indexes: list[MatchIndex | _After | None] = [None]     # per state, built on first use
+        self._indexes: list[MatchIndex | LazyIndex | None] = [None]     # per state, built on first use
         self._steps: list[Step] = []
         self._cursor = 0
         self._observers: list[Observer] = []
@@ -260,7 +195,7 @@ class Session:
         if k is None:
             return MatchIndex(graph)
         index = self._indexes[k]
-        if isinstance(index, _After):
+        if isinstance(index, LazyIndex):
             index = self._indexes[k] = index.get()
         elif index is None:
             index = self._indexes[k] = MatchIndex(graph)
@@ -405,7 +340,7 @@ class Session:
         del self._indexes[self._cursor + 1:]
         del self._steps[self._cursor:]
         self._states.append(State(graph, ledger, app))
-        self._indexes.append(_After(index, graph, app) if index is not None and _After.depth(index) < MAX_LAZY
+        self._indexes.append(LazyIndex(index, graph, app) if index is not None and LazyIndex.depth(index) < MAX_LAZY
                              else None)
         if len(self._indexes) > KEPT_INDEXES:     # older states rebuild theirs if revisited
             self._indexes[-KEPT_INDEXES - 1] = None

@@ -39,6 +39,7 @@ TABLE_COLUMNS = ("scope", "kernels before", "kernels after", "bytes before", "by
                  "time before", "time after", "time after / before")
 NOT_TIMED = "—"
 HOLD_S = 0.4           # workers wait this long while a side of the comparison is built and first painted
+SIDE_GAP_MS = 30       # the right side is built after the left one has painted (one stall of each, not both)
 
 
 def _compare_work(session: Session, step: int, cursor: int, graphs: tuple, ledger: Ledger, now: Ledger,
@@ -210,7 +211,7 @@ class QtCompareWindow(QWidget):
             hold_workers(HOLD_S)
             self.left.set_graph(before, ledger)
             self._fill_table(rows)
-        QTimer.singleShot(0, lambda: self._show_right(task, step, after))  # one side per turn of the event loop
+        QTimer.singleShot(SIDE_GAP_MS, lambda: self._show_right(task, step, after))   # paint in between
 
     def _show_right(self, task: QtTask, step: int, after) -> None:
         if task is not self._task:

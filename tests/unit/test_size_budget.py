@@ -16,7 +16,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("ir", "transforms", "codegen", "studio", "resources")
 MODULE_LIMIT = 600
-TOTAL_LIMIT = 42_000   # raised from 40,000 for the model families of issue 37 (U-Nets: ConvTranspose and Resize)
+TOTAL_LIMIT = 43_500   # 40,000 → 42,000 for issue 37 (U-Nets: ConvTranspose, Resize); → 43,500 for issue 38
+#                        (the studio at depth: stacked layout, recorded cutout inputs, cache roof, planned steps)
 EXEMPT = re.compile(r"size-exempt:[ \t]*(\S[^\n]*)?")
 
 

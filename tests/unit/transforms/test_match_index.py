@@ -82,7 +82,8 @@ def test_a_sessions_index_is_derived_on_first_use_and_a_long_chain_is_rebuilt():
     """``Session`` records a step without deriving its index (``MatchIndex.after`` ran on the GUI thread at every
     apply); the first ``match_index()`` derives it, through the steps since the last one asked for, and it lists
     what a full re-match does. Past ``MAX_LAZY`` unasked steps a state builds its index afresh instead."""
-    from studio.session import MAX_LAZY, Session, _After
+    from studio.session import Session
+    from studio.session_states import MAX_LAZY, LazyIndex
     def an_expand(index):
         return next((t, m) for t, m in index.candidates() if t.name == "expand" and t.check(s.graph, m).ok)
     s = Session.open(EXAMPLE, autosave=False)
@@ -90,12 +91,12 @@ def test_a_sessions_index_is_derived_on_first_use_and_a_long_chain_is_rebuilt():
         t, m = an_expand(s.match_index())
         s.apply(t.name, m.anchors, t.params())
     pending = s._indexes[s.cursor]
-    assert isinstance(pending, _After) and pending.index is None and _After.depth(pending) == 1
+    assert isinstance(pending, LazyIndex) and pending.index is None and LazyIndex.depth(pending) == 1
     index = s.match_index()
     assert s._indexes[s.cursor] is index and pending.index is index
     assert {key_of(t, m) for t, m in index.candidates()} == set(MatchIndex(s.graph)._cands)
     for _ in range(MAX_LAZY + 1):                     # nobody asks: the chain grows, then stops
         t, m = an_expand(MatchIndex(s.graph))
         s.apply(t.name, m.anchors, t.params())
-    assert s._indexes[s.cursor] is None and isinstance(s._indexes[s.cursor - 1], _After)
+    assert s._indexes[s.cursor] is None and isinstance(s._indexes[s.cursor - 1], LazyIndex)
     assert {key_of(t, m) for t, m in s.match_index().candidates()} == set(MatchIndex(s.graph)._cands)
