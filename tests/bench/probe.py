@@ -7,10 +7,18 @@ import time
 
 
 class Gaps:
+    _running: list = []          # the probes' timers: a new probe stops the ones before it
+
     def __init__(self) -> None:
-        from PySide6.QtCore import QTimer
+        from PySide6.QtCore import QCoreApplication, QTimer
+        for timer in Gaps._running:
+            timer.stop()
         self.last, self.worst, self.worst_at = time.perf_counter(), 0.0, 0.0
-        self.timer = QTimer(interval=10)
+        # owned by the application, not by this object: a probe collected by the garbage collector on a
+        # worker thread destroyed its timer there ("Timers cannot be stopped from another thread", then a
+        # segfault in the next test)
+        self.timer = QTimer(QCoreApplication.instance(), interval=10)
+        Gaps._running.append(self.timer)
         self.timer.timeout.connect(self._tick)
         self.timer.start()
 

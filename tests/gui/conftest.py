@@ -13,6 +13,8 @@
 """
 from __future__ import annotations
 
+import gc
+
 import json
 import re
 import shutil
@@ -33,6 +35,10 @@ def _flush() -> None:
     for _ in range(3):
         QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
         QApplication.processEvents()
+    # Collect the test's reference cycles here, on the GUI thread: the next test's workers allocate, and a
+    # collection there destroyed Python-owned Qt objects (pytest-qt's wait timers) on a worker thread
+    # ("Timers cannot be stopped from another thread", then a segfault)
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)
