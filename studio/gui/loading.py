@@ -14,6 +14,9 @@ generations (``gc.freeze``): otherwise each full collection rescans the growing 
 holding the GIL, and the window froze for up to 0.9 s at a time while a 500-step history of a
 12-layer model replayed. ``needs_training`` tells the GUI when to offer that generation; ``training_options`` turns
 the dialog's choices into validated options.
+Automatic cycle collection is off while the model imports: a collection triggered by the import's
+allocations ran on this worker thread and finalized Qt objects there, which crashed the process (3 of 5
+runs of the event-loop bench's profiling test right after its Compare test; 0 of 6 with it off).
 """
 from __future__ import annotations
 
@@ -75,7 +78,11 @@ def open_session(model: str | os.PathLike, histories: Sequence[History | str | o
         session = Session(start.graph_at(0), model_path=start.model_path, autosave=autosave)
         session.training, session._oracle = start.training, start._oracle
     else:
-        session = Session.open(model, bindings=bindings, autosave=autosave, training=training)
+        gc.disable()                 # no cycle collection on this worker while it imports (see the module)
+        try:
+            session = Session.open(model, bindings=bindings, autosave=autosave, training=training)
+        finally:
+            gc.enable()
     gc.freeze()
     total = sum(len(h.steps) for h in values)
     done = 0
