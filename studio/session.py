@@ -242,13 +242,10 @@ class Session:
             raise StudioError(f"{name} cannot be applied: {', '.join(repr(a) for a in gone)} is no longer in the "
                               "graph (an earlier step fused, expanded or removed it); re-rank the matches and "
                               "pick again")
-        base, cursor, earlier = self.graph, self._cursor, self._steps[: self._cursor]
-        graph = self._work_copy(step, base)
         try:
-            app = apply_step(graph, step, cursor + 1, backup=False, earlier=earlier, hashes=self._hashes)
+            return self._plan_step(step)
         except ReplayError as e:
             raise StudioError(f"{name} cannot be applied: {e.reason}") from None
-        return Planned(step, graph, app, base, cursor)
 
     def commit(self, planned: Planned) -> Application:
         """Record a planned step; undoable. Raises StudioError when the session moved on since it was planned."""
@@ -304,9 +301,7 @@ class Session:
         if not 0 < steps <= cursor:
             raise StudioError(f"cannot repeat the last {steps} steps: {cursor} steps are applied")
         check_source(earlier[cursor - steps:], layer)
-        family, index = parse_key(layer)
-        before = self.graph_at(cursor - steps)
-        equal = [family.key(k) for k in equal_layers(before, family, index)]
+        equal = self.equal_layers(layer, steps - (after is not None))     # as it was before those steps
         targets = list(to) if to is not None else equal
         unequal = [x for x in targets if x not in equal]
         if unequal or not targets:
@@ -325,10 +320,14 @@ class Session:
         return self._apply_step(step)
 
     def _apply_step(self, step: Step) -> Application:
+        return self.commit(self._plan_step(step))
+
+    def _plan_step(self, step: Step) -> Planned:
+        """A history step (a single match or a pass) applied to a copy of the current graph."""
         graph = self._work_copy(step, self.graph)
         app = apply_step(graph, step, self._cursor + 1, backup=False, earlier=self._steps[: self._cursor],
                          hashes=self._hashes)
-        return self._record(step, graph, app)
+        return Planned(step, graph, app, self.graph, self._cursor)
 
     def _record(self, step: Step, graph: Graph, app: Application) -> Application:
         ledger = self.ledger.copy()

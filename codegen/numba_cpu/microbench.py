@@ -40,14 +40,18 @@ def triad_runner(n: int = 1 << 24):
     return lambda: triad(a, b, c, s)
 
 
-def triad_seconds(n: int = 1 << 24, reps: int = 7) -> list[float]:
-    run = triad_runner(n)
+def _seconds(run, reps: int) -> list[float]:
+    """The seconds of ``reps`` calls of ``run`` (warm), one each."""
     out = []
     for _ in range(reps):
         t0 = time.perf_counter_ns()
         run()
         out.append((time.perf_counter_ns() - t0) * 1e-9)
     return out
+
+
+def triad_seconds(n: int = 1 << 24, reps: int = 7) -> list[float]:
+    return _seconds(triad_runner(n), reps)
 
 
 def _resident_kernel():
@@ -77,9 +81,4 @@ def cache_triad_seconds(per_thread: int, threads: int, reps: int = 7,
     coef = np.linspace(1.0, 2.0, passes).astype(np.float32)
     resident = _resident_kernel()
     resident(a, b, c, coef, chunk)
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter_ns()
-        resident(a, b, c, coef, chunk)
-        out.append((time.perf_counter_ns() - t0) * 1e-9)
-    return 12.0 * n * passes, out
+    return 12.0 * n * passes, _seconds(lambda: resident(a, b, c, coef, chunk), reps)
