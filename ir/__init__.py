@@ -18,6 +18,7 @@ Package map (data flow: ONNX file → ``onnx_load`` → ``ort_training`` → ``s
 - ``claimed_ops.py`` the ops the importer claims
 - ``ids.py``         deterministic ids from ONNX names
 - ``serialize.py``   exact JSON round trip and graph hash
+- ``pacing.py``      pause points in long loops on worker threads (the studio's GUI paints meanwhile)
 - ``printer.py``     readable text form; ``verify.py`` structural checks; ``errors.py`` the error tree
 
 Glossary (one word per concept): *container* (a tensor), *access node* (a read/write point of a

@@ -25,6 +25,7 @@ from typing import ClassVar, Iterable, Iterator
 
 from ir import lowering
 from ir.graph import Graph
+from ir.pacing import paced
 from ir.movement import Estimate, kernel_estimate
 from ir.nodes import OpNode
 from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
@@ -39,7 +40,7 @@ class Expand(Transformation):
     impl: str = ""
 
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
-        for node in scope(graph, within):
+        for node in paced(scope(graph, within)):
             if isinstance(node, OpNode) and (not self.impl or self.impl in lowering.impls(node)) \
                     and lowering.can_expand(graph, node, self.impl or None) is None:
                 yield self.match(node.id, label=f"expand {node.op_type} '{node.id}'")

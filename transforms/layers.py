@@ -34,6 +34,7 @@ from functools import lru_cache
 from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
+from ir.pacing import paced
 from ir.serialize import _array_digest, _node_to_json
 
 _SMALL = 4096          # constants up to this many elements may compare by value (``_by_value``)
@@ -100,7 +101,7 @@ def layer_hash(graph: Graph, family: Family, index: int, ids: list[str] | None =
     """The structural hash of a layer (see the module docstring): equal hashes, equal layers."""
     h = hashlib.sha256()
     outside: dict[str, str] = {}          # containers of other layers or none: by order of first use
-    for ident in members(graph, family, index) if ids is None else ids:
+    for ident in paced(members(graph, family, index) if ids is None else ids):
         node = graph.nodes[ident]
         d = _node_to_json(node)
         d.pop("provenance", None)

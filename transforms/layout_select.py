@@ -41,6 +41,7 @@ from typing import ClassVar, Iterable, Iterator
 from ir import expr as E
 from ir.containers import Role
 from ir.graph import Graph
+from ir.pacing import paced
 from ir.nodes import MapNode
 from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
 from transforms.contractions import is_contraction
@@ -131,7 +132,7 @@ class LayoutSelect(Transformation):
     contraction_only: bool = False
 
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
-        for node in scope(graph, within):
+        for node in paced(scope(graph, within)):
             if self.contraction_only and not is_contraction(node):
                 continue
             outs = [m.container for m in node.outputs if m is not None]

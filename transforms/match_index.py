@@ -36,6 +36,7 @@ from functools import lru_cache
 from typing import Iterable, Iterator
 
 from ir.graph import Graph
+from ir.pacing import paced
 from ir.movement import Estimate
 from transforms import engine
 from transforms.base import Application, Match, Transformation
@@ -114,7 +115,7 @@ class MatchIndex:
 
     # --- building ------------------------------------------------------------------
     def _find(self, t: Transformation, within: Iterable[str] | None) -> None:
-        for m in t.matches(self.graph, None if within is None else list(within)):
+        for m in paced(t.matches(self.graph, None if within is None else list(within)), every=4):
             k = key_of(t, m)
             if k not in self._cands:
                 self._cands[k] = (t, m)

@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Iterable, Iterator
 from ir import memory
 from ir.dtypes import itemsize
 from ir.graph import Graph
+from ir.pacing import paced
 from ir.memory import Lifetime, Sharing
 from ir.nodes import OpNode
 from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
@@ -141,7 +142,7 @@ class MemoryReuse(Transformation):
         free = [n for n in sh.lives if memory.is_plannable(graph, n) and n not in owner]
         if within is None and len(free) > 1:
             yield self.match(label=f"plan the buffers of {len(free)} transients (greedy by size)")
-        for node in scope(graph, within):
+        for node in paced(scope(graph, within)):
             if _inplace_candidate(sh, node, owner):
                 yield self.match(node.id, label=f"run '{node.id}' in place")
 

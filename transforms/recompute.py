@@ -47,6 +47,7 @@ from typing import Any, ClassVar, Iterable, Iterator
 from ir import lowering, memory
 from ir.containers import Container, Role
 from ir.graph import Graph
+from ir.pacing import paced
 from ir.maps import finalize
 from ir.memlet import Memlet
 from ir.movement import kernel_estimate
@@ -89,7 +90,7 @@ class Recompute(Transformation):
         fwd = forward_kernels(graph)
         outputs = frozenset(graph.outputs)
         wanted = None if within is None else set(within)
-        for p in order:
+        for p in paced(order):
             for c in self._far_readers(graph, p, pos, fwd, outputs):
                 if wanted is not None and p.id not in wanted and c.id not in wanted:
                     continue

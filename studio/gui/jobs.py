@@ -18,6 +18,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from ir import pacing
 from ir.errors import StudioError
 
 Progress = Callable[[int, int, str], None]
@@ -86,6 +87,12 @@ def hold_workers(seconds: float) -> None:
     _hold_until = max(_hold_until, time.monotonic() + seconds)
 
 
+def release_workers() -> None:
+    """End a hold early: what it waited for (a window's first paint) is done."""
+    global _hold_until
+    _hold_until = 0.0
+
+
 def _give_way() -> None:
     """Wait while another thread's GUI burst runs (never for the thread's own burst), or a hold lasts."""
     owner = _busy_thread
@@ -96,6 +103,9 @@ def _give_way() -> None:
     left = _hold_until - time.monotonic()
     if left > 0 and threading.current_thread() is not threading.main_thread():
         time.sleep(min(left, YIELD_S))
+
+
+pacing.set_pause(_give_way)     # long loops in ir and transforms give way too, between their checks
 
 
 class Cancelled(StudioError):

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator
 from ir import memory
 from ir.graph import Graph
 from ir.movement import Estimate
+from ir.pacing import paced
 from ir.printer import node_to_text
 from studio.cli import human_bytes
 from studio.gui.jobs import CancelToken, Progress, no_progress
@@ -99,7 +100,7 @@ def _by_class(index: MatchIndex, rows: list[engine.Ranked]) -> list[engine.Ranke
     ``copies`` (listed "× N"; applying it repeats the step on their layers)."""
     classes: dict[tuple, list[engine.Ranked]] = {}
     out: list[engine.Ranked | tuple] = []
-    for r in rows:
+    for r in paced(rows, every=256):
         cls = index.class_key(r.transformation, r.match)
         if cls is None:
             out.append(r)

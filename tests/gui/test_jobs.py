@@ -100,3 +100,29 @@ def test_background_work_waits_for_foreground_work_and_holds():
     t0 = time.perf_counter()
     token.check("the GUI thread")                        # the main thread is never held
     assert time.perf_counter() - t0 < 0.05
+
+
+def test_pause_points_in_ir_loops_wait_while_workers_are_held():
+    """``ir.pacing.paced`` (matching a whole graph, hashing a layer) gives way like a token check: the studio
+    registered ``jobs``' pause, so a worker looping over ``paced`` items waits while a hold lasts."""
+    from ir import pacing
+    from studio.gui import jobs
+    assert pacing._pause is jobs._give_way
+    calls: list[int] = []
+    saved = pacing._pause
+    pacing.set_pause(lambda: calls.append(1))
+    try:
+        assert list(pacing.paced(range(40), every=16)) == list(range(40))
+        assert len(calls) == 3                      # before items 0, 16 and 32
+        pacing.set_pause(None)                      # headless: no pause registered, items pass unchanged
+        assert list(pacing.paced("abc", every=1)) == ["a", "b", "c"]
+    finally:
+        pacing.set_pause(saved)
+    done: list[float] = []
+    t = threading.Thread(target=lambda: (list(pacing.paced(range(4), every=1)), done.append(time.perf_counter())))
+    jobs.hold_workers(0.3)
+    t0 = time.perf_counter()
+    t.start()
+    t.join(5)
+    assert done and done[0] - t0 >= 0.25             # the worker waited at its first pause point
+    jobs.release_workers()
