@@ -26,7 +26,7 @@ from studio.gui.commands import step_text
 from studio.cli import human_bytes
 from studio.gui.compare import Comparison, compare, mirrored, scope_rows
 from studio.gui.describe import group_bytes
-from studio.gui.jobs import foreground, gui_busy, hold_workers
+from studio.gui.jobs import foreground, gui_busy, hold_workers, release_workers
 from studio.gui.qt_graph_items import MARK_COLORS
 from studio.gui.qt_graph_view import QtGraphView
 from studio.gui.qt_workers import QtTask
@@ -40,6 +40,7 @@ TABLE_COLUMNS = ("scope", "kernels before", "kernels after", "bytes before", "by
 NOT_TIMED = "—"
 HOLD_S = 0.4           # workers wait this long while a side of the comparison is built and first painted
 SIDE_GAP_MS = 30       # the right side is built after the left one has painted (one stall of each, not both)
+FIRST_PAINT_MS = 500   # the comparison starts after the window's first paint, or this long after it was made
 
 
 def _compare_work(session: Session, step: int, cursor: int, graphs: tuple, ledger: Ledger, now: Ledger,
@@ -70,7 +71,8 @@ class QtCompareWindow(QWidget):
 
     def __init__(self, session: Session, parent: QWidget | None = None, step: int = 0,
                  layout_timeout_s: float = 20.0) -> None:
-        super().__init__(parent, Qt.WindowType.Window)
+        hold_workers(FIRST_PAINT_MS / 1000)            # building the window, its first show and paint: a
+        super().__init__(parent, Qt.WindowType.Window)  # running ranking stretched them from 20 ms to 0.1 s
         self.setWindowTitle(f"Compare — {session.model_name}")
         self.setObjectName("window.compare")
         self.session = session
@@ -99,6 +101,18 @@ class QtCompareWindow(QWidget):
         self._follow.timeout.connect(self.refresh)
         self._unsubscribe = session.subscribe(lambda _event, _payload: self._follow.start())
         self.resize(1400, 800)
+        self._first = QTimer(self, singleShot=True, interval=FIRST_PAINT_MS)
+        self._first.timeout.connect(self._painted)
+        self._first.start()
+
+    def paintEvent(self, event) -> None:
+        super().paintEvent(event)
+        if self._first.isActive():
+            self._first.start(0)                       # fires once this paint (children included) is done
+
+    def _painted(self) -> None:
+        """The window is on screen: the comparison starts now, and the workers held for the paint go on."""
+        release_workers()
         self.refresh()
 
     # --- construction -----------------------------------------------------------------

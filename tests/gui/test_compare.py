@@ -119,6 +119,7 @@ def compared(qtbot, make_window, bert_model):
     assert w.apply_step(*_changing_step(s.graph))
     w.refresh()
     win = w.show_compare()
+    assert win._task is None and not win.ready()      # the comparison starts once the window has painted
     qtbot.waitUntil(lambda: win.ready() and all(v.placement is not None and v.placement.exact and v.task is None
                                                 for v in (win.left, win.right)), timeout=60000)
     return w, win
