@@ -27,7 +27,8 @@ from studio.gui import graph_diff, qt_dialogs, qt_menus, qt_node_data, qt_transf
 from studio.gui.commands import ApplyCommand, step_text
 from studio.gui.jobs import gui_busy
 from studio.gui.loading import Opened, needs_training, open_session
-from studio.gui.qt_find import QtFindBar
+from studio.gui.qt_compare import QtCompareWindow   # imported here, not at the first Compare: that import
+from studio.gui.qt_find import QtFindBar           # (PySide reads each module's source) stalled 0.1 s beside a ranking
 from studio.gui.qt_graph_view import QtGraphView
 from studio.gui.qt_history import QtHistoryDock
 from studio.gui.qt_movement import QtMovementDock, exported_work
@@ -483,7 +484,6 @@ class QtMainWindow(QMainWindow):
 
     def show_compare(self, step: int = 0):
         """The Compare window: step ``step`` (default the original) beside the current graph."""
-        from studio.gui.qt_compare import QtCompareWindow
         if self.session is None:
             self.say("Open a model first: Compare shows a history step beside the current graph", error=True)
             return None
