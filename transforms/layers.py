@@ -50,11 +50,19 @@ class Family:
         return f"{self.stem}.{index}"
 
     def _pattern(self, index: int | str) -> re.Pattern:
-        return re.compile(rf"(?:^|(?<=[/.\"]))({re.escape(self.stem)}\.){index}(?=[./_\"]|$)")   # \": in JSON text
+        return _layer_pattern(self.stem, index)
 
     def rename(self, text: str, a: int, b: int | str) -> str:
         """``text`` with layer ``a``'s index replaced by ``b`` wherever it names the layer."""
-        return self._pattern(a).sub(lambda m: f"{m.group(1)}{b}", text)
+        if f"{self.stem}.{a}" not in text:              # most container names: no regular expression run
+            return text
+        literal = f"{self.stem}.{b}".replace("\\", "\\\\")   # what group 1 and the index become: a literal
+        return self._pattern(a).sub(literal, text)           # runs in C (a callable or a \g<1> template: Python per match)
+
+
+@lru_cache(maxsize=1024)
+def _layer_pattern(stem: str, index: int | str) -> re.Pattern:
+    return re.compile(rf"(?:^|(?<=[/.\"]))({re.escape(stem)}\.){index}(?=[./_\"]|$)")   # \": in JSON text
 
 
 @lru_cache(maxsize=1 << 16)
