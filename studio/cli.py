@@ -152,14 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     ins.set_defaults(func=_cmd_inspect)
     ops = sub.add_parser("ops", help="list the ops the importer supports")
     ops.set_defaults(func=_cmd_ops)
-    from studio import open_cmd, recipe_cmd, replay_cmd, train_graph_cmd
-    replay_cmd.add_parser(sub)
-    open_cmd.add_parser(sub)
-    recipe_cmd.add_parser(sub)
-    train_graph_cmd.add_parser(sub)
-    from studio import export_cmd; export_cmd.add_parser(sub)  # noqa: E702
-    from studio import profile_cmd; profile_cmd.add_parser(sub)  # noqa: E702
-    from studio import tune_cmd; tune_cmd.add_parser(sub)  # noqa: E702
+    from studio import export_cmd, open_cmd, profile_cmd, recipe_cmd, replay_cmd, train_graph_cmd, tune_cmd
+    for command in (replay_cmd, open_cmd, recipe_cmd, train_graph_cmd, export_cmd, profile_cmd, tune_cmd):
+        command.add_parser(sub)                   # in the order ``dcstudio --help`` lists them
     return p
 
 
