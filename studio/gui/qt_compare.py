@@ -71,8 +71,8 @@ class QtCompareWindow(QWidget):
 
     def __init__(self, session: Session, parent: QWidget | None = None, step: int = 0,
                  layout_timeout_s: float = 20.0) -> None:
-        hold_workers(FIRST_PAINT_MS / 1000)            # building the window, its first show and paint: a
-        super().__init__(parent, Qt.WindowType.Window)  # running ranking stretched them from 20 ms to 0.1 s
+        hold_workers(FIRST_PAINT_MS / 1000)            # building the window, its first show and paint call
+        super().__init__(parent, Qt.WindowType.Window)  # Python often: a running ranking would take half the GIL
         self.setWindowTitle(f"Compare — {session.model_name}")
         self.setObjectName("window.compare")
         self.session = session
