@@ -106,13 +106,12 @@ def members(graph: Graph, family: Family, index: int) -> list[str]:
 
 
 def layer_hash(graph: Graph, family: Family, index: int, ids: list[str] | None = None) -> str:
-    """The structural hash of a layer (see the module docstring): equal hashes, equal layers."""
+    """The structural hash of a layer (see the module docstring): equal hashes, equal layers. Each kernel's
+    part is kept (``_piece``): after an apply only the kernels it made are serialized again."""
     h = hashlib.sha256()
     outside: dict[str, str] = {}          # containers of other layers or none: by order of first use
     for ident in paced(members(graph, family, index) if ids is None else ids):
         node = graph.nodes[ident]
-        d = _node_to_json(node)
-        d.pop("provenance", None)
         names = [m.container for m in node.inputs + node.outputs if m is not None]
         tokens = {}
         for name in dict.fromkeys(names):
@@ -121,16 +120,38 @@ def layer_hash(graph: Graph, family: Family, index: int, ids: list[str] | None =
                 tokens[name] = "§const:" + _array_digest(graph.values[name])
             elif layer_of(name) != (family, index):
                 tokens[name] = outside.setdefault(name, f"§outside{len(outside)}")
-        # the containers in the order of their names as the hash sees them (a previous block's output
-        # sorts before or after the block's own names depending on its index)
-        order = sorted(set(names), key=lambda n: tokens.get(n) or family.rename(n, index, "§"))
-        d["containers"] = [graph.container(n).to_json() for n in order]
-        text = json.dumps(d, sort_keys=True)
-        for name, token in tokens.items():
-            text = text.replace(json.dumps(name), json.dumps(token))
-        h.update(family.rename(text, index, "§").encode())
+        h.update(_piece(graph, node, family, index, names, tokens).encode())
         h.update(b"\n")
     return h.hexdigest()
+
+
+_PIECES: dict[tuple, tuple] = {}   # (kernel, layer, tokens, containers) -> (the kernel, its containers, its part)
+_PIECES_MAX = 1 << 16
+
+
+def _piece(graph: Graph, node, family: Family, index: int, names: list[str], tokens: dict[str, str]) -> str:
+    """A kernel's part of its layer's hash. Nodes and containers are never changed in place (a graph
+    version shares them with the versions before it, ``Graph.clone_sharing``), so the part is kept per
+    node object, layer, tokens and container objects; the entry holds them, so their ids stay theirs."""
+    containers = tuple(graph.container(n) for n in dict.fromkeys(names))
+    key = (id(node), family, index, tuple(tokens.items()), tuple(map(id, containers)))
+    hit = _PIECES.get(key)
+    if hit is not None and hit[0] is node and all(a is b for a, b in zip(hit[1], containers)):
+        return hit[2]
+    d = _node_to_json(node)
+    d.pop("provenance", None)
+    # the containers in the order of their names as the hash sees them (a previous block's output
+    # sorts before or after the block's own names depending on its index)
+    order = sorted(set(names), key=lambda n: tokens.get(n) or family.rename(n, index, "§"))
+    d["containers"] = [graph.container(n).to_json() for n in order]
+    text = json.dumps(d, sort_keys=True)
+    for name, token in tokens.items():
+        text = text.replace(json.dumps(name), json.dumps(token))
+    piece = family.rename(text, index, "§")
+    if len(_PIECES) >= _PIECES_MAX:
+        _PIECES.clear()
+    _PIECES[key] = (node, containers, piece)
+    return piece
 
 
 def _by_value(graph: Graph, name: str, family: Family, index: int) -> bool:

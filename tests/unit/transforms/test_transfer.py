@@ -52,6 +52,37 @@ def test_layers_are_found_and_compared_structurally(bert3_stack):
     assert family.key(others[-1]) not in s.equal_layers(family.key(first))
 
 
+def test_kept_kernel_parts_give_the_hash_a_fresh_computation_gives(bert3_stack):
+    """``layer_hash`` keeps each kernel's part (``_piece``): through two expands and their undos in the
+    layer, the hash equals one computed with nothing kept, and the edit changes it."""
+    import transforms.layers as layers_mod
+    from transforms.registry import create
+    s = _session(bert3_stack)
+    family = Family("layer")
+
+    def fresh(k: int) -> str:
+        kept = dict(layers_mod._PIECES)
+        layers_mod._PIECES.clear()
+        try:
+            return layer_hash(s.graph, family, k)
+        finally:
+            layers_mod._PIECES.update(kept)
+
+    before = layer_hash(s.graph, family, 1)
+    victim = next(i for i in layers(s.graph)[family][1] if s.graph.nodes[i].op_type == "Softmax")
+    s.apply("expand", [victim])
+    after_expand = layer_hash(s.graph, family, 1)
+    assert after_expand != before and after_expand == fresh(1)
+    expand = create("expand")
+    m = next(m for m in expand.matches(s.graph, layers(s.graph)[family][1]) if expand.check(s.graph, m).ok)
+    s.apply("expand", m.anchors)
+    assert layer_hash(s.graph, family, 1) == fresh(1) != after_expand
+    s.undo()
+    assert layer_hash(s.graph, family, 1) == after_expand == fresh(1)
+    s.undo()
+    assert layer_hash(s.graph, family, 1) == before
+
+
 def test_tune_one_layer_matches_the_whole_graph_recipe_and_replays(bert3_stack):
     plain, tuned = _session(bert3_stack), _session(bert3_stack)
     run_recipe(plain)
