@@ -49,15 +49,14 @@ class Family:
         """The layer's name, as histories record it: ``layer.3``."""
         return f"{self.stem}.{index}"
 
-    def _pattern(self, index: int | str) -> re.Pattern:
-        return _layer_pattern(self.stem, index)
-
     def rename(self, text: str, a: int, b: int | str) -> str:
         """``text`` with layer ``a``'s index replaced by ``b`` wherever it names the layer."""
         if f"{self.stem}.{a}" not in text:              # most container names: no regular expression run
             return text
-        literal = f"{self.stem}.{b}".replace("\\", "\\\\")   # what group 1 and the index become: a literal
-        return self._pattern(a).sub(literal, text)           # runs in C (a callable or a \g<1> template: Python per match)
+        # group 1 and the index become a literal: its substitution runs in C (a callable, or a \g<1> template
+        # in Python 3.11, runs Python per match)
+        literal = f"{self.stem}.{b}".replace("\\", "\\\\")
+        return _layer_pattern(self.stem, a).sub(literal, text)
 
 
 @lru_cache(maxsize=1024)
@@ -132,11 +131,12 @@ _PIECES_MAX = 1 << 16
 def _piece(graph: Graph, node, family: Family, index: int, names: list[str], tokens: dict[str, str]) -> str:
     """A kernel's part of its layer's hash. Nodes and containers are never changed in place (a graph
     version shares them with the versions before it, ``Graph.clone_sharing``), so the part is kept per
-    node object, layer, tokens and container objects; the entry holds them, so their ids stay theirs."""
+    node object, layer, tokens and container objects: the entry holds those objects, so no other object
+    can take their ids while it is kept."""
     containers = tuple(graph.container(n) for n in dict.fromkeys(names))
     key = (id(node), family, index, tuple(tokens.items()), tuple(map(id, containers)))
     hit = _PIECES.get(key)
-    if hit is not None and hit[0] is node and all(a is b for a, b in zip(hit[1], containers)):
+    if hit is not None:
         return hit[2]
     d = _node_to_json(node)
     d.pop("provenance", None)
