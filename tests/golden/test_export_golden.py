@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.golden.golden import check_golden
+from tests.golden.kernels import check_kernels
 
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
@@ -27,11 +28,24 @@ def exported():
     prog = program(graph)
     prog.schedule = fork_join(prog, 2)                  # as export_package does
     head = header(graph, steps, "golden", HISTORY)
-    return prog, module_text(prog, mode="export", doc="The bundled example, exported (golden test).", header=head)
+    return prog, module_text(prog, mode="export", doc="The bundled example, exported (golden test).", header=head), graph
 
 
 def test_bundled_model_py(exported, update_golden):
     check_golden("bundled_model_py", exported[1], update_golden)
+
+
+def test_bundled_kernel_bodies(exported, update_golden):
+    """Every kernel of the bundled example after its recipe, serial and with ``prange``, CPU and CUDA."""
+    from codegen.cupy_cuda.backend import CUDA
+    from codegen.numba_cpu.backend import CPU, program
+    from codegen.program.program import build_program
+    serial, graph = exported[0], exported[2]
+    check_kernels("bundled_cpu", {n: CPU.kernel_module(ks) for n, ks in serial.kernels.items()}, update_golden)
+    parallel = program(graph, parallel=True)
+    check_kernels("bundled_cpu_parallel", {n: CPU.kernel_module(ks) for n, ks in parallel.kernels.items()}, update_golden)
+    cuda = build_program(graph, CUDA.renderer())
+    check_kernels("bundled_cuda", {n: CUDA.kernel_module(ks) for n, ks in cuda.kernels.items()}, update_golden)
 
 
 def test_lines_fit_in_120_characters_and_the_module_compiles(exported):
@@ -58,7 +72,7 @@ def _whole_words_of(var: str, name: str) -> bool:
 
 
 def test_names_are_whole_words_of_the_model_names(exported):
-    prog, _ = exported
+    prog = exported[0]
     names = {c: prog.var(c) for c in prog.graph.containers if ("c", c) in prog.ns}
     bad = [(var, c) for c, var in names.items() if not _whole_words_of(var, c)]
     assert not bad and len(names) > 100, f"names cut mid-word or renamed: {bad[:10]}"

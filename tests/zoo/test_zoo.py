@@ -37,6 +37,7 @@ import torch
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed: the zoo exports CPU packages")
 
 from studio.cli import main  # noqa: E402
+from tests.golden.kernels import check_kernels, package_kernels  # noqa: E402
 from tests.peer.test_export_fixtures import load_package  # noqa: E402
 from tests.peer.training_runs import forced_run, make_batches, param_map  # noqa: E402
 from tests.zoo.models import ZOO  # noqa: E402
@@ -55,7 +56,7 @@ def _cli(capsys, *args) -> tuple[int, str, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(ZOO))
-def test_zoo_pipeline(name, tmp_path, capsys):
+def test_zoo_pipeline(name, tmp_path, capsys, update_golden):
     row: dict = {"model": name}
     times = row["seconds"] = {}
     t = time.perf_counter()
@@ -94,6 +95,9 @@ def test_zoo_pipeline(name, tmp_path, capsys):
     code, out, err = _cli(capsys, "export", train, hist, "-o", pkg)
     assert code == 0, err
     times["export"] = time.perf_counter() - t
+    check_kernels(f"zoo_{name}_cpu", package_kernels(pkg), update_golden)
+    if name == "efficientnet_b0":
+        cuda_kernel_bodies(name, train, hist, update_golden)
 
     t = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -107,6 +111,16 @@ def test_zoo_pipeline(name, tmp_path, capsys):
     t = time.perf_counter()
     row["training"] = {"adamw": training_parity(name, module, proto, train, pkg, "adamw")}
     times["train 20 steps"] = time.perf_counter() - t
+
+
+def cuda_kernel_bodies(name: str, train: Path, hist: Path, update: bool) -> None:
+    """The CUDA kernels of the model after its recipe, held to their snapshot (no GPU needed to render them)."""
+    from codegen.cupy_cuda.backend import CUDA
+    from codegen.program.program import build_program
+    from studio.export_cmd import load_with_history
+    graph, _ = load_with_history(str(train), str(hist), [])
+    prog = build_program(graph, CUDA.renderer())
+    check_kernels(f"zoo_{name}_cuda", {n: CUDA.kernel_module(ks) for n, ks in prog.kernels.items()}, update)
 
 
 def training_parity(name: str, module, proto: onnx.ModelProto, train: Path, pkg: Path, optimizer: str) -> str:
@@ -126,7 +140,7 @@ def training_parity(name: str, module, proto: onnx.ModelProto, train: Path, pkg:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(ZOO))
-def test_zoo_sgd_training(name, tmp_path, capsys):
+def test_zoo_sgd_training(name, tmp_path, capsys, update_golden):
     """SGD with momentum: train-graph, recipe, export, then the training parity of ``training_parity``."""
     t = time.perf_counter()
     forward, train, hist, pkg = (tmp_path / f"{name}.onnx", tmp_path / f"{name}_sgd.onnx", tmp_path / "sgd.json",
@@ -138,6 +152,7 @@ def test_zoo_sgd_training(name, tmp_path, capsys):
                                                                             "--no-parallel")):
         code, out, err = _cli(capsys, *args)
         assert code == 0, err
+    check_kernels(f"zoo_{name}_sgd_serial_cpu", package_kernels(pkg), update_golden)
     worst = training_parity(name, module, proto, train, pkg, "sgd")
     ROWS.setdefault(name, {"model": name}).setdefault("training", {})["sgd"] = worst
     ROWS[name].setdefault("seconds", {})["sgd pipeline + train"] = time.perf_counter() - t

@@ -38,6 +38,7 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed: the
 
 from studio.cli import main  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
+from tests.golden.kernels import check_kernels, package_kernels  # noqa: E402
 from tests.peer.test_export_fixtures import load_package  # noqa: E402
 from tests.peer.training_runs import K_RUN, make_batches, step_checks  # noqa: E402
 from tests.zoo.test_zoo import ROWS  # noqa: E402
@@ -101,6 +102,13 @@ def pipeline(tmp_path_factory):
     times["export"] = time.perf_counter() - t
     ROWS["mbconv_artifact"] = row
     return reports, pkg, row
+
+
+@pytest.mark.slow
+def test_artifact_kernel_bodies_match_their_snapshot(pipeline, update_golden):
+    pkg = pipeline[1]
+    check_kernels("zoo_mbconv_artifact_cpu", package_kernels(pkg),
+                  update_golden)
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from codegen.cupy_cuda.nvrtc import ARCHS, available, compile_check
 from codegen.program.program import build_program
 from ir import expr as E
 from ir.onnx_import import import_model
+from tests.golden.kernels import check_kernels
 from tests.peer.test_export_fixtures import CASES, fixture_graph, fuse_everything
 from tests.unit.transforms.test_mixed_precision import _lower_everything as mix
 
@@ -93,6 +94,16 @@ def test_every_kernel_compiles(nvrtc_ready, all_kernels):
     assert not bad, "\n".join(bad[:5])
 
 
+@pytest.mark.slow
+def test_kernel_bodies_match_their_snapshot(all_kernels, update_golden):
+    """The texts of every kernel above, less their names (``tests.golden.kernels``): no GPU, no NVRTC needed."""
+    from codegen.cupy_cuda.backend import CUDA
+    found, _ = all_kernels
+    for variant, kernels in found.items():
+        check_kernels(f"fixtures_cuda_{variant}", {n: CUDA.kernel_module(ks) for n, (ks, _) in kernels.items()},
+                      update_golden)
+
+
 def test_compile_errors_are_reported_with_the_log(nvrtc_ready):
     res = compile_check('extern "C" __global__ void k() { int x = ; }', "broken", "sm_80")
     assert not res.ok and "expected an expression" in res.log
@@ -154,7 +165,8 @@ def test_running_needs_a_device():
     from codegen.export.package import export_package
     from codegen.numpy_ref.executor import run
     from codegen.numpy_ref.feeds import compare, feeds_for
-    from tests.peer.test_export_fixtures import load_package
+    from tests.golden.kernels import check_kernels
+from tests.peer.test_export_fixtures import load_package
     import tempfile
     g = _tiny_graph()
     feeds = feeds_for(g)
