@@ -165,8 +165,7 @@ def test_running_needs_a_device():
     from codegen.export.package import export_package
     from codegen.numpy_ref.executor import run
     from codegen.numpy_ref.feeds import compare, feeds_for
-    from tests.golden.kernels import check_kernels
-from tests.peer.test_export_fixtures import load_package
+    from tests.peer.test_export_fixtures import load_package
     import tempfile
     g = _tiny_graph()
     feeds = feeds_for(g)
