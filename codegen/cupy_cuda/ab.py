@@ -1,4 +1,4 @@
-"""Timings on the GPU for ``dcstudio tune --backend cuda`` (``studio.tune_gpu``), run as a child process:
+"""Timings on the GPU for ``dcstudio tune --backend cuda`` (``studio.tune.gpu``), run as a child process:
 
 - ``python -m codegen.cupy_cuda.ab peaks``: the roofline's two ceilings of this device, a 512 MiB
   device-to-device copy (bytes read and written) and a 4096³ float32 cuBLAS GEMM, each the median of

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from PySide6.QtGui import QUndoCommand
 
 from ir.errors import StudioError
-from studio.session import Session
+from studio.session.core import Session
 from transforms.history import TRANSFER
 
 

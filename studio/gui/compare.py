@@ -22,7 +22,7 @@ from typing import Mapping
 
 from ir.graph import Graph
 from ir.movement import Ledger
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from studio.gui.graph_diff import GraphDiff, diff
 from studio.gui.scope_tree import ROOT, ScopeTree, raw_ancestors, scope_path
 

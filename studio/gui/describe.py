@@ -16,7 +16,7 @@ from ir.movement import Estimate, Ledger
 from ir.nodes import MapNode, OpNode
 from ir.printer import node_to_text
 from ir.serialize import _node_from_json
-from studio.cli import human_bytes, human_count
+from studio.text import human_bytes, human_count
 from studio.gui.scope_tree import ScopeTree
 from studio.gui.timings import human_seconds
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from codegen.export.package import ExportError, ExportResult
 from codegen.export.package import check_replaceable   # the exporter's own rule
 from studio.gui.jobs import Cancelled, CancelToken, Progress, no_progress
-from studio.session import Session
-from studio.session_marker import pid_alive
+from studio.session.core import Session
+from studio.session.marker import pid_alive
 
 RESERVED = {"numpy", "numba", "llvmlite", "cupy", "cupyx", "scipy"}   # modules an exported package imports
 STAGING = "dcstudio-export"

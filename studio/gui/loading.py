@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ir.containers import Role
 from ir.errors import StudioError
 from studio.gui.jobs import CancelToken, Progress, no_progress
-from studio.session import Session
+from studio.session.core import Session
 from transforms.history import History, HistoryError, check_model, load
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ir.movement import Ledger
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from studio.gui.describe import group_bytes
 from studio.gui.placement import Placement
 from studio.gui.scope_tree import ScopeTree

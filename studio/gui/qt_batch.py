@@ -9,19 +9,14 @@ once at the end, not after every step.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QObject, Qt, QTimer
-from PySide6.QtWidgets import QProgressDialog
+from PySide6.QtWidgets import QMainWindow, QProgressDialog
 
 from transforms.base import Transformation
 
-if TYPE_CHECKING:
-    from studio.gui.qt_main_window import QtMainWindow
-
 
 class QtBatchApply(QObject):
-    def __init__(self, window: "QtMainWindow", t: Transformation, max_steps: int = 10000) -> None:
+    def __init__(self, window: QMainWindow, t: Transformation, max_steps: int = 10000) -> None:
         super().__init__(window)
         self.window, self.t, self.max_steps = window, t, max_steps
         self.count = 0

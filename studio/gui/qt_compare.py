@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QPus
 
 from ir.movement import Ledger
 from studio.gui.commands import step_text
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from studio.gui.compare import Comparison, compare, mirrored, scope_rows
 from studio.gui.describe import group_bytes
 from studio.gui.jobs import foreground, gui_busy, hold_workers, release_workers
@@ -32,7 +32,7 @@ from studio.gui.qt_graph_view import QtGraphView
 from studio.gui.qt_workers import QtTask
 from studio.gui.scope_tree import ScopeTree
 from studio.gui.timings import human_seconds
-from studio.session import Session
+from studio.session.core import Session
 
 KINDS = ("removed", "merged", "added", "changed")
 TABLE_COLUMNS = ("scope", "kernels before", "kernels after", "bytes before", "bytes after", "bytes after / before",

@@ -12,17 +12,14 @@ folder or node.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QProcess, Qt, QTimer
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QRadioButton, QVBoxLayout,
-                               QWidget)
+                               QLineEdit, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton, QRadioButton,
+                               QVBoxLayout, QWidget)
 
 from studio.gui import exporting, qt_dialogs
 
-if TYPE_CHECKING:
-    from studio.gui.qt_main_window import QtMainWindow
 
 CHECK_TIMEOUT_MS = 600_000
 
@@ -30,7 +27,7 @@ CHECK_TIMEOUT_MS = 600_000
 class QtExportDialog(QDialog):
     """See the module docstring. ``state``: ``idle``, ``exporting``, ``checking`` or ``done``."""
 
-    def __init__(self, window: "QtMainWindow", folder: str = "") -> None:
+    def __init__(self, window: QMainWindow, folder: str = "") -> None:
         super().__init__(window)
         self.setObjectName("exportDialog")
         self.setWindowTitle("Export module")

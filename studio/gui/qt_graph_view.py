@@ -82,7 +82,7 @@ class QtGraphView(QGraphicsView):
         self.heat_times: dict[str, float] = {}
         self.heat_note = "no profile yet"           # "N of M kernels measured", stale note
         self.heat_stale = False
-        self.overlay_values: dict[str, float] = {}  # heat metric "overlay": loaded node data (studio.overlay)
+        self.overlay_values: dict[str, float] = {}  # heat metric "overlay": loaded node data (studio.session.overlay)
         self.overlay_name = ""
         self.task: QtTask | None = None
         self._stale = None                          # boxes whose text may be out of date (None: all)
@@ -442,7 +442,7 @@ class QtGraphView(QGraphicsView):
         self._place_legend()
 
     def set_overlay(self, values: dict[str, float], name: str) -> None:
-        """Node data loaded from a file (``studio.overlay``), shown with the heat metric ``overlay``."""
+        """Node data loaded from a file (``studio.session.overlay``), shown with the heat metric ``overlay``."""
         self.overlay_values, self.overlay_name = dict(values), name
         if self.heat_metric == "overlay":
             self._apply_heat()

@@ -45,8 +45,8 @@ from studio.gui.qt_outline import QtOutlineDock
 from studio.gui.qt_peak import QtPeakMemory
 from studio.gui.qt_training_dialog import offer_training
 from studio.gui.ranking import preview
-from studio.session import Session
-from studio.session_marker import Hold, crashed
+from studio.session.core import Session
+from studio.session.marker import Hold, crashed
 from transforms.history import load as load_history
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "bert_layer_base_train.onnx"

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import importlib.util
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QMainWindow
 
 from studio.gui import qt_node_data, qt_tune
 from studio.gui.qt_transfer import repeat_on_equal_layers
 from studio.gui.heatmap import SCALES
 
-if TYPE_CHECKING:
-    from studio.gui.qt_main_window import QtMainWindow
 
 MAX_RECENT = 10
 
@@ -66,7 +64,7 @@ def _disabled(w, text: str, why: str) -> QAction:
     return a
 
 
-def build(w: "QtMainWindow") -> SimpleNamespace:
+def build(w: QMainWindow) -> SimpleNamespace:
     """Create the actions and menus of window ``w``; returns them by name."""
     a = SimpleNamespace()
     a.open_model = _action(w, "&Open model…", w.choose_model, QKeySequence.StandardKey.Open, "Open an ONNX model")
@@ -126,7 +124,7 @@ def build(w: "QtMainWindow") -> SimpleNamespace:
     return a
 
 
-def _timing_actions(w: "QtMainWindow", a: SimpleNamespace) -> None:
+def _timing_actions(w: QMainWindow, a: SimpleNamespace) -> None:
     """The Timings dock's commands, and the heatmap's metric (bytes moved or measured time)."""
     p = w.profiling
     a.profile_all = _action(w, "&Profile all kernels", p.profile_all, "Ctrl+Alt+P",
@@ -149,7 +147,7 @@ def _timing_actions(w: "QtMainWindow", a: SimpleNamespace) -> None:
         a.heat_metric[metric] = act
 
 
-def _menus(w: "QtMainWindow", a: SimpleNamespace) -> None:
+def _menus(w: QMainWindow, a: SimpleNamespace) -> None:
     bar = w.menuBar()
     file = bar.addMenu("&File")
     file.addActions([a.open_model, a.open_history, a.save_history])

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QDockWidget, QHBoxLayout, QPus
 
 from ir.graph import Graph
 from ir.movement import Ledger
-from studio.cli import human_bytes, human_count
+from studio.text import human_bytes, human_count
 from studio.gui import graph_diff
 from studio.gui.describe import kernel_title
 from studio.gui.qt_kernel_tables import QtRowsModel, select_rows, selected_row_ids
@@ -293,6 +293,6 @@ def exported_work(graph: Graph):
     """The work of a "bytes as exported" task: the CPU program of ``graph`` and its traffic."""
     def work(token, progress):
         token.check("bytes as exported")
-        from studio.cli import exported_traffic
+        from studio.session.exporting import exported_traffic
         return exported_traffic(graph, "cpu")
     return work

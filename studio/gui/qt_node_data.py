@@ -1,4 +1,4 @@
-"""Node data in the studio (``studio.overlay``): File → Load node data… and Export node data….
+"""Node data in the studio (``studio.session.overlay``): File → Load node data… and Export node data….
 
 ``load_overlay(window, path)`` colours the graph with a node-data file's values (the view's heat
 metric "node data", its legend and tooltips); ``save_overlay(window, path)`` writes bytes moved
@@ -12,8 +12,8 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog
 
 from ir.errors import StudioError
-from studio.overlay import map_values, read_values
-from studio.overlay import save_overlay as write_node_data
+from studio.session.overlay import map_values, read_values
+from studio.session.overlay import save_overlay as write_node_data
 
 
 def choose_overlay(w) -> None:

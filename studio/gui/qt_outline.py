@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget, QLineEdit, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from studio.gui.outline import OutlineRow, matches, outline
 from studio.gui.timings import human_seconds
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QLinearGradient, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QGraphicsView, QWidget
 
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from studio.gui.heatmap import RAMP, legend
 
 

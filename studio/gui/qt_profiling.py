@@ -86,9 +86,9 @@ def _measure_work(session, graphs: list, reps: int, threads: int | None, token, 
 
 def _calibrate_work(threads: int | None, token, progress):
     from codegen.timing.calibrate import peaks
-    from studio.session import _default_threads
+    from codegen.numba_cpu.threads import default_threads
     progress(0, 0, "recalibrating: bandwidth (triad) and GEMM peaks, a few seconds…")
-    return peaks(threads or _default_threads(), force=True)
+    return peaks(threads or default_threads(), force=True)
 
 
 class QtProfiling(QObject):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
+from ir.statements import StatementKind
 from studio.gui.qt_kernel_tables import QtRowsModel
 from studio.gui.timings import OVER_PEAK, TimingReport, bound_kind, human_seconds, over_peak
 
@@ -27,10 +28,10 @@ def row_of(report: TimingReport, k) -> tuple:
     if not k.ok:
         return (k.node_id, k.kind) + (None,) * 10 + (k.error or "failed",)
     s = k.samples
-    view = k.kind == "view"                    # an alias: no data moves at run time, no roof applies
+    view = k.kind == StatementKind.VIEW                    # an alias: no data moves at run time, no roof applies
     return (k.node_id, k.kind, s.median_s, s.min_s, s.max_s, s.cv, None if view else k.gbps,
             None if view else k.pct_peak_bw, k.gflops, None if view else k.efficiency,
-            "view" if view else bound_kind(k), report.share(k), "")
+            StatementKind.VIEW if view else bound_kind(k), report.share(k), "")
 
 
 class QtTimingModel(QtRowsModel):
@@ -103,7 +104,7 @@ class QtTimingModel(QtRowsModel):
         elif row[9] is not None and row[9] > OVER_PEAK:
             parts.append(f"{100 * row[9]:.0f} % of the DRAM roof: its data fits the CPU's last-level cache, "
                          "where each repetition finds it (the triad roof models DRAM)")
-        if row[1] == "view":
+        if row[1] == StatementKind.VIEW:
             parts.append("a view: no data moves at run time, so no roof applies")
         if self.stale:
             parts.append("stale: the graph changed since this profile")

@@ -16,7 +16,7 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton, QSplitter,
                                QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from studio.gui.ranking import GROUPS, Preview, copy_layers
 from transforms.engine import Ranked
 

@@ -1,4 +1,4 @@
-"""Tools → Tune this scope…: ``studio.tune``'s search on the current graph, from the studio.
+"""Tools → Tune this scope…: ``studio.tune.search``'s search on the current graph, from the studio.
 
 The scope is the layer the selected kernels share (``transforms.layers``: all of them inside
 ``layer.3``, say), else the whole graph. The search starts from the graph as it is now (the
@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QDialogBut
 from ir.errors import StudioError
 from studio.gui.commands import ApplyCommand, step_text
 from studio.gui.qt_workers import QtTask
-from studio.session import Session
+from studio.session.core import Session
 from transforms.layers import layer_of
 
 SHOWN = 12          # sequences listed
@@ -124,8 +124,9 @@ class TuneDialog(QDialog):
 
     # --- the search -------------------------------------------------------------------
     def start(self) -> None:
-        from studio.recipe import RECIPES, pick
-        from studio.tune import LocalEvaluator, search
+        from studio.session.recipe import RECIPES, pick
+        from studio.tune.evaluators import LocalEvaluator
+        from studio.tune.search import search
         session = self.window_.session
         if session is None:
             self.status.setText("Open a model first.")
@@ -146,13 +147,13 @@ class TuneDialog(QDialog):
                          + (f"{best / 1e6:.2f} MB" if objective == "bytes" else f"{best * 1e3:.3f} ms (roofline)"))
             peaks = None
             if backend == "cuda" and measure:
-                from studio.tune_gpu import ready
+                from studio.tune.gpu import ready
                 peaks = ready(objective)
             res = search(ref, evaluator=LocalEvaluator(), objective=objective, budget=budget, seed=seed,
                          start=(recipe,), on_progress=seen, stop=lambda: token.cancelled, measure=measure,
                          backend=backend, peaks=peaks)
             if backend == "cpu" and measure and not res.stopped and not token.cancelled:
-                from studio.headroom import of_recipe
+                from studio.tune.headroom import of_recipe
                 progress(1, 1, "profiling the recipe's step: how much could any sequence gain over it here?")
                 try:
                     res.headroom = of_recipe(ref, res)

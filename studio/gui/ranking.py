@@ -20,7 +20,7 @@ from ir.graph import Graph
 from ir.movement import Estimate
 from ir.pacing import paced
 from ir.printer import node_to_text
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from studio.gui.jobs import CancelToken, Progress, no_progress
 from transforms import engine
 from transforms.base import Match, Transformation

@@ -198,8 +198,8 @@ def _shoot_layers(app, w, out: Path) -> None:
     and zoomed in on its fused kernels' names."""
     from studio.gui.describe import kernel_title
     from studio.gui.qt_main_window import EXAMPLE
-    from studio.recipe import tune_one_layer
-    from studio.session import Session
+    from studio.session.recipe import tune_one_layer
+    from studio.session.core import Session
     model = EXAMPLE.with_name("bert_stack4_tiny.onnx")
     training = {"loss": "mse", "optimizer": "adamw"}
     w.set_heat_metric("bytes")

@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Iterable, Mapping
 
 from codegen.timing.stats import EXPANDED, KernelTiming, Samples, owner  # noqa: F401 (owner: re-exported)
+from ir.statements import StatementKind
 
 def _summed_samples(parts: list[KernelTiming]) -> Samples:
     """Per-repetition sums of the statements' samples (exact when all have the same reps)."""
@@ -174,7 +175,7 @@ def over_peak(report: TimingReport, cache: int | None = None) -> list:
     bytes the model counts) and not memory-bound kernels whose data fits the cache (``in_cache``)
     unless they beat the cache roof too (``above_cache_roof``)."""
     cache_bw = getattr(report.peaks, "cache_bandwidth", 0.0) if report.peaks is not None else 0.0
-    return [k for k in report.kernels if k.ok and k.kind != "view" and k.efficiency > OVER_PEAK
+    return [k for k in report.kernels if k.ok and k.kind != StatementKind.VIEW and k.efficiency > OVER_PEAK
             and (not in_cache(k, cache) or above_cache_roof(k, cache_bw))]
 
 

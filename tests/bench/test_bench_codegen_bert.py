@@ -5,7 +5,7 @@ against onnxruntime CPU on the same training graph and against PyTorch eager on 
 The graph: the layer of ``test_bench_autodiff`` exported from torch and turned into a standard-ONNX
 training step by dcstudio's autodiff, so that plain onnxruntime runs it (the bundled example holds
 com.microsoft training ops that only onnxruntime-training can load). dcstudio applies the bundled
-Substation recipe (``studio.recipe.SUBSTATION``) in a Session, exports the package and imports it.
+Substation recipe (``studio.session.recipe.SUBSTATION``) in a Session, exports the package and imports it.
 onnxruntime runs the graph as generated, all graph optimizations on; torch runs forward, backward
 and ``torch.optim.AdamW``. Same thread count everywhere (numba and BLAS, ORT intra-op, torch);
 steps interleaved in blocks (``steps.interleaved_medians``: each engine's threads spin after its call and
@@ -32,7 +32,7 @@ from codegen.export.package import export_package, mismatches  # noqa: E402
 from codegen.numba_cpu import kernel_cache, threads  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from codegen.numpy_ref.feeds import feeds_for  # noqa: E402
-from studio.recipe import RECIPES, run_recipe  # noqa: E402
+from studio.session.recipe import RECIPES, run_recipe  # noqa: E402
 from studio.session import Session  # noqa: E402
 from tests.bench.test_bench_autodiff import BATCH, HIDDEN, SEQ, bert_layer  # noqa: E402
 from tests.peer.test_autodiff_models import _export  # noqa: E402

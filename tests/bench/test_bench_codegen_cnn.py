@@ -29,7 +29,7 @@ from codegen.export.package import export_package, mismatches  # noqa: E402
 from codegen.numba_cpu import kernel_cache, threads  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from codegen.numpy_ref.feeds import feeds_for  # noqa: E402
-from studio.recipe import RECIPES, pick, run_recipe  # noqa: E402
+from studio.session.recipe import RECIPES, pick, run_recipe  # noqa: E402
 from studio.session import Session  # noqa: E402
 from tests.peer.hf_style_models import export  # noqa: E402
 from tests.bench.steps import PackageStep, interleaved_medians, ort_step  # noqa: E402

@@ -32,7 +32,7 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
 from codegen.export.package import export_package  # noqa: E402
 from codegen.numpy_ref.feeds import feeds_for  # noqa: E402
-from studio.recipe import RECIPES, pick, run_recipe  # noqa: E402
+from studio.session.recipe import RECIPES, pick, run_recipe  # noqa: E402
 from studio.session import Session  # noqa: E402
 from tests.peer.hf_style_models import export  # noqa: E402
 from transforms.autodiff import build_training_graph  # noqa: E402

@@ -17,8 +17,10 @@ import time
 
 import pytest
 
-from studio.tune import DaskEvaluator, ModelRef, search
-from studio.tune_db import ResultsDB
+from studio.tune.evaluators import DaskEvaluator
+from studio.tune.types import ModelRef
+from studio.tune.search import search
+from studio.tune.database import ResultsDB
 from tests.bench.scale_models import bert_stack, efficientnet_b0
 
 pytestmark = pytest.mark.bench

@@ -1,6 +1,6 @@
 """Benchmark (on demand: ``bash .ci/test tests/bench -k headroom -s``): how much faster than the hand recipe
 ANY transformation sequence could make the BERT-base layer step (the bundled example) on this CPU
-(``studio.headroom``: GEMM statements run in BLAS, the rest at best at their rooflines).
+(``studio.tune.headroom``: GEMM statements run in BLAS, the rest at best at their rooflines).
 
 Issue 14 asks ``tune --objective time`` for 1.05x over the recipe; the bound says whether that exists on this
 machine. Reported; asserted only for consistency.
@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from studio import headroom
-from studio.export_cmd import load_with_history
+from studio.tune import headroom
+from studio.session.exporting import load_with_history
 
 pytestmark = pytest.mark.bench
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "resources", "examples")

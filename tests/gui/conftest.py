@@ -89,7 +89,7 @@ def bert_model(tmp_path) -> Path:
 
 def crash_marker(model) -> Path:
     """Write ``model``'s session marker as a studio that has died since would have left it."""
-    from studio.session_marker import marker_for
+    from studio.session.marker import marker_for
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     marker = marker_for(model)

@@ -1,9 +1,9 @@
-"""The autosave is offered back only after an unclean exit (``studio.session_marker``)."""
+"""The autosave is offered back only after an unclean exit (``studio.session.marker``)."""
 from __future__ import annotations
 
 from studio.gui import qt_dialogs
 from studio.session import Session
-from studio.session_marker import marker_for
+from studio.session.marker import marker_for
 from tests.gui.conftest import crash_marker
 from transforms.registry import create
 

@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from codegen.export.package import GENERATOR, ExportResult
 from studio.gui import exporting
 from studio.gui.qt_export_dialog import QtExportDialog
-from studio.session_marker import pid_alive
+from studio.session.marker import pid_alive
 
 LOAD_MS = 60000
 
@@ -85,7 +85,7 @@ def test_the_name_is_validated_as_you_type(qtbot, dialog, tmp_path):
 def test_the_default_folder_is_outside_the_studio(tmp_path, monkeypatch):
     """The bundled example (inside the studio's own tree) exports to ~/dcstudio-exports, which the export
     creates; a model elsewhere exports beside itself; a failed export leaves no folder it made behind."""
-    from studio.open_cmd import EXAMPLE
+    from studio.cli.open import EXAMPLE
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert exporting.default_folder(str(EXAMPLE)) == tmp_path / "home" / "dcstudio-exports"
     assert exporting.default_folder(None) == tmp_path / "home" / "dcstudio-exports"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt
 
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from studio.gui.describe import box_text
 from studio.gui.qt_movement import QtKernelModel
 from studio.gui.scope_tree import ScopeTree

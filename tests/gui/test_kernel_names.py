@@ -8,7 +8,7 @@ import pytest
 from ir.memlet import Memlet
 from ir.nodes import MapNode
 from studio.gui.describe import fit_title, kernel_title, optimizer_title
-from studio.recipe import run_recipe
+from studio.session.recipe import run_recipe
 from studio.session import Session
 
 

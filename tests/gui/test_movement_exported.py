@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from codegen.numba_cpu.backend import program
 from codegen.program.traffic import traffic
-from studio.cli import human_bytes
+from studio.text import human_bytes
 from transforms.registry import create
 
 LOAD_MS, TASK_MS = 60_000, 60_000

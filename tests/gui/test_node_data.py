@@ -68,7 +68,7 @@ def test_node_data_legend_numbers_read_plainly():
 def test_node_data_keyed_by_original_names_follows_the_fusions(qtbot, make_window, bert_model, tmp_path):
     """A file keyed by the opened graph's kernel names colours the kernels made from them after the bundled
     recipe, each with the sum of its origins' values, and the legend says so."""
-    from studio.recipe import run_recipe
+    from studio.session.recipe import run_recipe
     w = make_window()
     _open(qtbot, w, bert_model)
     s, v = w.session, w.view

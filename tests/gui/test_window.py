@@ -16,7 +16,7 @@ from PySide6.QtGui import QKeySequence
 from studio.gui.heatmap import color, legend, normalize
 from studio.gui.qt_find import find
 from tests.gui.conftest import crash_marker
-from studio.open_cmd import has_display
+from studio.cli.open import has_display
 from studio.session import Session
 from transforms.registry import create
 

@@ -135,7 +135,7 @@ def test_rtol_override_loosens_every_tolerance(histories, capsys):
 def pass_histories(tmp_path_factory, fixtures_dir):
     """The 'fuse' recipe as pass steps (expand, map_fusion), and the same followed by a pass of
     the wrong rewrite."""
-    from studio.recipe import RECIPES, run_recipe
+    from studio.session.recipe import RECIPES, run_recipe
     d = tmp_path_factory.mktemp("passes")
     model = d / "mlp_joint_adamw.onnx"
     shutil.copy(fixtures_dir / "joint_standard/mlp_joint_adamw.onnx", model)

@@ -117,7 +117,7 @@ def cuda_kernel_bodies(name: str, train: Path, hist: Path, update: bool) -> None
     """The CUDA kernels of the model after its recipe, held to their snapshot (no GPU needed to render them)."""
     from codegen.cupy_cuda.backend import CUDA
     from codegen.program.program import build_program
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     graph, _ = load_with_history(str(train), str(hist), [])
     prog = build_program(graph, CUDA.renderer())
     check_kernels(f"zoo_{name}_cuda", {n: CUDA.kernel_module(ks) for n, ks in prog.kernels.items()}, update)

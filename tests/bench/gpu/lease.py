@@ -388,7 +388,7 @@ def variants_phase(kit: Path, work: Path, out: Path) -> str:
     """The launch-shape variants of the BERT-base step's row kernels (``variants.py``)."""
     import cupy as cp
     from codegen.program.prepare import lower_for_codegen
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     from tests.bench.gpu import variants
     row = next(r for r in json.loads((kit / "cases.json").read_text()) if r["case"] == "bert_base_layer_recipe")
     model = rebuild(kit, row, work)

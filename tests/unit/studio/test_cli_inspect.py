@@ -10,7 +10,8 @@ import pytest
 
 from ir.movement import report
 from ir.onnx_import import import_model
-from studio.cli import main, parse_bindings
+from studio.cli import main
+from studio.text import parse_bindings
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -72,7 +73,7 @@ def test_inspect_and_replay_count_bytes_as_exported(tmp_path, capsys):
     """``--exported cpu``: the bytes the CPU program moves beside the bytes as fused, per ``traffic``."""
     from codegen.numba_cpu.backend import program
     from codegen.program.traffic import traffic
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     model = REPO / "resources/examples/bert_layer_base_train.onnx"
     history = REPO / "resources/examples/bert_layer_base_train.history.json"
     assert main(["inspect", str(model), "--exported", "cpu", "--json"]) == 0

@@ -1,4 +1,4 @@
-"""``studio.headroom``: the most any history could gain over a given one on this CPU, from a real profile
+"""``studio.tune.headroom``: the most any history could gain over a given one on this CPU, from a real profile
 (the MLP AdamW training step of the fixtures, profiled out of process on 1 thread, with the paired steps
 whose generated kernels are no-ops)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
-from studio import headroom  # noqa: E402
+from studio.tune import headroom  # noqa: E402
 from studio.session import Session  # noqa: E402
 from transforms.horizontal_fusion import kind  # noqa: E402
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 
-from studio.recipe import run_recipe, tune_one_layer
+from studio.session.recipe import run_recipe, tune_one_layer
 from studio.session import Session
 from transforms.registry import create
 

@@ -8,7 +8,7 @@ import pytest
 
 from ir.errors import StudioError
 from ir.movement import Ledger
-from studio.overlay import load_overlay, save_overlay
+from studio.session.overlay import load_overlay, save_overlay
 from studio.session import Session
 from tests.conftest import REPO_ROOT
 

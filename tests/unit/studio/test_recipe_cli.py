@@ -8,7 +8,7 @@ import json
 import onnx
 
 from studio.cli import main
-from studio.recipe import RECIPES, pick_for_model
+from studio.session.recipe import RECIPES, pick_for_model
 from tests.conftest import FIXTURES
 from tests.unit.transforms.test_conv_weight_grad import training_model
 

@@ -1,4 +1,4 @@
-"""Crash detection: the session marker beside the autosave (``studio.session_marker``)."""
+"""Crash detection: the session marker beside the autosave (``studio.session.marker``)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from studio import session_marker as sm
+from studio.session import marker as sm
 from studio.session import Session
 
 

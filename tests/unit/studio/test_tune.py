@@ -1,4 +1,4 @@
-"""``dcstudio tune``: the search (``studio.tune``), its results database (``studio.tune_db``) and the CLI.
+"""``dcstudio tune``: the search (``studio.tune.search``), its results database (``studio.tune.database``) and the CLI.
 
 The model is the MLP AdamW training step of the fixtures (a recipe run takes ~20 ms), so a
 search of a few dozen evaluations runs in seconds; the BERT-base figures are in the closing
@@ -17,10 +17,13 @@ import pytest
 
 from ir.errors import StudioError
 from studio.cli import main
-from studio.recipe import SUBSTATION, Pass
-from studio.tune import CUTOUT_SLACK, POOL, Candidate, DaskEvaluator, LocalEvaluator, ModelRef, mutate, search
-from studio.tune_db import SCHEMA, ResultsDB, Score
-from studio.tune_kernels import context_of
+from studio.session.recipe import SUBSTATION, Pass
+from studio.tune.search import CUTOUT_SLACK, POOL, mutate, search
+from studio.tune.types import Candidate, ModelRef
+from studio.tune.evaluators import DaskEvaluator, LocalEvaluator
+from studio.tune.database import SCHEMA, ResultsDB
+from studio.tune.types import Score
+from studio.tune.kernels import context_of
 
 
 @pytest.fixture
@@ -59,7 +62,7 @@ def test_stop_keeps_the_best_found_so_far(model):
 
 
 def test_a_failing_candidate_is_a_result_not_a_crash(model, monkeypatch):
-    import studio.tune as tune
+    import studio.tune.evaluate as tune
     real = tune.run_recipe
 
     def flaky(session, passes):
@@ -248,7 +251,7 @@ def test_kernel_structure_keys_name_what_runs_not_what_it_is_called(fixtures_dir
     from onnx import helper, numpy_helper
 
     from ir.onnx_import import import_proto
-    from studio.tune_kernels import statement_keys
+    from studio.tune.kernels import statement_keys
     from tests.unit.ir.onnx_models import model as onnx_model, vi
     from transforms.registry import create
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"), helper.make_node("Relu", ["y"], ["b"], name="other"),

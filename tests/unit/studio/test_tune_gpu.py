@@ -1,4 +1,4 @@
-"""``dcstudio tune --backend cuda`` (``studio.tune_gpu``): finalists timed as CUDA packages on a GPU.
+"""``dcstudio tune --backend cuda`` (``studio.tune.gpu``): finalists timed as CUDA packages on a GPU.
 
 Here (no GPU) the parts that need none run for real: both packages exported with one oracle of the
 original model, the CLI's refusals before any search, the database contexts, the choice when a
@@ -16,10 +16,11 @@ from codegen.cupy_cuda.ab import main as child_main
 from codegen.cupy_cuda.profile import device_reason
 from codegen.timing.stats import pair_spread
 from studio.cli import main
-from studio.recipe import SUBSTATION, Pass
-from studio.tune import Candidate, Measured, ModelRef, Progress, TuneResult, context_key
-from studio.tune_db import Score
-from studio.tune_gpu import CANDIDATE, RECIPE, export_pair, gpu_peaks, measure_pair_cuda
+from studio.session.recipe import SUBSTATION, Pass
+from studio.tune.types import Candidate, Measured, ModelRef, Progress, TuneResult
+from studio.tune.search import context_key
+from studio.tune.types import Score
+from studio.tune.gpu import CANDIDATE, RECIPE, export_pair, gpu_peaks, measure_pair_cuda
 
 NO_GPU = device_reason()
 FUSE = Candidate.of([Pass("expand"), Pass("map_fusion")])
@@ -128,7 +129,7 @@ def test_a_finalist_that_fails_on_the_gpu_is_never_chosen():
 
 
 def test_a_failed_finalist_stays_left_out_when_read_back(tmp_path):
-    from studio.tune_db import ResultsDB
+    from studio.tune.database import ResultsDB
     db = ResultsDB(tmp_path / "tune.sqlite")
     db.put_measured("ctx", Measured("bad", 2.0, float("inf"), 0.0, 0.0, 0, "GPU", "its check failed"))
     db.put_measured("ctx", Measured("good", 2.0, 1.0, 2.0, 0.01, 0, "GPU"))

@@ -1,5 +1,5 @@
 """Transfer tuning (``transforms.layers``, ``transforms.transfer``, ``Session.transfer``,
-``studio.recipe.tune_one_layer``) on a 3-layer Hugging Face-style BERT built here and exported by
+``studio.session.recipe.tune_one_layer``) on a 3-layer Hugging Face-style BERT built here and exported by
 the TorchScript exporter, trained with MSE + AdamW: layers are found and compared structurally,
 tuning one layer and transferring gives the bytes of the whole-graph recipe, the history replays
 to the same graph, and the result still matches the original model."""
@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from ir.errors import StudioError
-from studio.recipe import run_recipe, tune_one_layer
+from studio.session.recipe import run_recipe, tune_one_layer
 from studio.session import Session
 from transforms.layers import Family, equal_group, layer_hash, layer_of, layers, parse_key
 from transforms.replay import replay

@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from studio.recipe import AUTO, RECIPES, pick, run_recipe, tune_one_layer
-from studio.session import Session
+from studio.session.recipe import AUTO, RECIPES, pick, run_recipe, tune_one_layer
+from studio.session.core import Session
 
 
 def cmd_recipe(args: argparse.Namespace) -> int:
-    from studio.cli import parse_bindings
+    from studio.text import parse_bindings
     session = Session.open(args.model, bindings=parse_bindings(args.bind), optimizer=args.optimizer,
                            autosave=False)
     before = session.metrics()

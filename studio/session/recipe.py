@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ir.errors import StudioError
-from studio.session import Session
+from studio.session.core import Session
 from transforms.registry import TRANSFORMATIONS, create
 
 

@@ -14,19 +14,47 @@ from pathlib import Path
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from studio.cli import parse_bindings
-    from studio.recipe import RECIPES, pick_for_model
-    from studio.tune import DaskEvaluator, LocalEvaluator, ModelRef, applied, history_passes, search
-    from studio.tune_db import ResultsDB, default_path
+    from studio.session.recipe import RECIPES, pick_for_model
+    from studio.text import parse_bindings
+    from studio.tune.database import ResultsDB, default_path
+    from studio.tune.evaluate import applied
+    from studio.tune.search import history_passes
+    from studio.tune.types import ModelRef
 
     model = ModelRef(str(args.model), tuple(sorted(parse_bindings(args.bind).items())), args.optimizer)
     starts = [RECIPES[pick_for_model(args.model)]] + [history_passes(h) for h in args.start]
     db = None if args.no_db else ResultsDB(args.db or default_path())
-    tty = sys.stderr.isatty()
+    timed = args.objective == "time" or args.backend == "cuda"
+    measure = args.measure if args.measure is not None else 3 if timed else 0
+    problem = _cuda_problem(args, measure) if args.backend == "cuda" else None
+    if problem:
+        print(f"error: tune --backend cuda: {problem}", file=sys.stderr)
+        if db is not None:
+            db.close()
+        return 2
+    res = _search(args, model, starts, db, measure)
+    if res is None:
+        return 2
+    chosen = res.chosen
+    session = applied(model, chosen, res.transfer)
+    session.save_history(args.output)
+    _print_result(args, res)
+    if args.backend == "cpu" and measure > 0 and not res.stopped:
+        _print_headroom(model, res, args)
+    print(f"wrote {args.output} ({session.cursor} steps, {session.metrics().bytes / 1e6:.2f} MB moved)")
+    if args.no_check:
+        return 0
+    from studio.cli.replay import check_written
+    return check_written(args.model, args.output, args.bind, args.optimizer)
+
+
+def _progress(args: argparse.Namespace):
+    """``(bar, on_progress)``: a rich bar with the best so far on a terminal (None elsewhere: logs get a line
+    per generation)."""
     shown = {"generation": -1}
     t0 = time.monotonic()
     bar = task = None
-    if tty and not args.quiet:            # a rich bar with the best so far; logs get a line per generation
+    if sys.stderr.isatty() and not args.quiet:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
         bar = Progress(TextColumn("tune"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -43,15 +71,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
             sys.stderr.write(f"generation {p.generation:3d}  evaluated {p.evaluated:4d}  from the database "
                              f"{p.reused:4d}  {best}  {time.monotonic() - t0:6.1f} s\n")
         shown["generation"] = p.generation
+    return bar, on_progress
 
-    timed = args.objective == "time" or args.backend == "cuda"
-    measure = args.measure if args.measure is not None else 3 if timed else 0
-    problem = _cuda_problem(args, measure) if args.backend == "cuda" else None
-    if problem:
-        print(f"error: tune --backend cuda: {problem}", file=sys.stderr)
-        if db is not None:
-            db.close()
-        return 2
+
+def _search(args: argparse.Namespace, model, starts, db, measure: int):
+    """The search on the chosen evaluator (closed after it, with the database); None when the GPU is not
+    ready (the error printed)."""
+    from studio.tune.evaluators import DaskEvaluator, LocalEvaluator
+    from studio.tune.search import search
+    bar, on_progress = _progress(args)
     cutouts = args.cutouts if args.cutouts is not None else 2 * measure if args.backend == "cpu" else 0
     evaluator = LocalEvaluator() if args.workers == 1 and not args.scheduler else \
         DaskEvaluator(args.workers, args.scheduler)
@@ -59,13 +87,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         peaks = None
         if args.backend == "cuda":
             from ir.errors import StudioError
-            from studio.tune_gpu import ready
+            from studio.tune.gpu import ready
             try:                            # where the steps will be timed: a worker holding `measure`
                 peaks = evaluator.measure(ready, args.objective)
             except StudioError as e:
                 print(f"error: tune --backend cuda ({evaluator.name}): {e}; leave --backend out to time "
                       "them on the CPU", file=sys.stderr)
-                return 2
+                return None
             if peaks is not None and not args.quiet:
                 print(f"tune: the roofline's GPU peaks: {peaks.bandwidth / 1e9:.0f} GB/s copy, "
                       f"{peaks.flops / 1e12:.1f} TFLOP/s float32 GEMM ({peaks.fingerprint})", file=sys.stderr)
@@ -75,19 +103,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   f"{f'; results in {db.path}' if db else ''}", file=sys.stderr)
         if bar is not None:
             bar.start()
-        res = search(model, evaluator=evaluator, db=db, objective=args.objective, budget=args.budget,
-                     minutes=args.minutes, seed=args.seed, start=starts, beam=args.beam, batch=args.batch,
-                     on_progress=on_progress, reps=args.reps, threads=args.threads,
-                     measure=measure, cutouts=cutouts, backend=args.backend, peaks=peaks)
+        return search(model, evaluator=evaluator, db=db, objective=args.objective, budget=args.budget,
+                      minutes=args.minutes, seed=args.seed, start=starts, beam=args.beam, batch=args.batch,
+                      on_progress=on_progress, reps=args.reps, threads=args.threads,
+                      measure=measure, cutouts=cutouts, backend=args.backend, peaks=peaks)
     finally:
         if bar is not None:
             bar.stop()
         evaluator.close()
         if db is not None:
             db.close()
+
+
+def _print_result(args: argparse.Namespace, res) -> None:
+    """The search's figures: evaluations, best against the recipe, cutout prices and measured finalists."""
     chosen = res.chosen
-    session = applied(model, chosen, res.transfer)
-    session.save_history(args.output)
     base, best = res.baseline, res.score
     gain = f"{best.value / base.value - 1:+.1%}" if base.ok and base.value else "n/a"
     print(f"tune: {'stopped (Ctrl-C)' if res.stopped else 'done'} after {res.progress.evaluated} evaluations "
@@ -114,20 +144,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
               f"{where})" + ("  <- chosen" if m.key == chosen.key else ""))
     if res.measured and chosen.key == res.baseline_candidate.key:
         print("measured: no finalist beat the hand recipe's exported step by more than the noise; writing the recipe")
-    if args.backend == "cpu" and measure > 0 and not res.stopped:
-        _print_headroom(model, res, args)
-    print(f"wrote {args.output} ({session.cursor} steps, {session.metrics().bytes / 1e6:.2f} MB moved)")
-    if args.no_check:
-        return 0
-    from studio.cli import main
-    return 0 if main(["replay", str(args.model), str(args.output), "--check", "--quiet",
-                      *[f"--bind={b}" for b in args.bind],
-                      *([f"--optimizer={args.optimizer}"] if args.optimizer else [])]) == 0 else 1
 
 
 def _print_headroom(model, res, args: argparse.Namespace) -> None:
-    """The most any history could gain over the hand recipe here (``studio.headroom``), measured on its step."""
-    from studio.headroom import of_recipe
+    """The most any history could gain over the hand recipe here (``studio.tune.headroom``), measured on its step."""
+    from studio.tune.headroom import of_recipe
     try:
         res.headroom = of_recipe(model, res, args.threads, args.reps)
     except (RuntimeError, ValueError) as e:
@@ -194,4 +215,3 @@ def add_parser(sub) -> None:
     p.add_argument("--no-check", action="store_true", help="do not replay the result against the original model")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_tune)
-

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.session import Session
+from studio.session.core import Session
 
 _held: dict[Path, int] = {}
 _lock = threading.Lock()

@@ -53,7 +53,7 @@ def _child(args: list[str], timeout: float) -> dict:
     """Run ``python -m codegen.cupy_cuda.ab ARGS`` and return its result (StudioError with its output's
     tail when it fails)."""
     from codegen.cupy_cuda.ab import RESULT
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     try:
@@ -86,7 +86,7 @@ def recipe_package(model, baseline, transfer: bool) -> tuple[Path, object]:
     that exporting a pair took on the bundled BERT-base example, so without the cache every finalist
     paid it again. One entry: a search has one baseline, and a new one replaces (and deletes) the old.
     A failed export leaves no folder behind."""
-    from studio.tune import applied
+    from studio.tune.evaluate import applied
     st = os.stat(model.path)
     key = (model, st.st_size, st.st_mtime_ns, baseline.key, transfer)
     with _RECIPE_LOCK:
@@ -112,7 +112,7 @@ def export_pair(model, baseline, candidate, transfer: bool, work: Path) -> tuple
     both checked against one oracle of the original model. The recipe's package is this process's
     (``recipe_package``), linked into ``work`` (copied where links cannot be made); only the candidate is
     exported each time."""
-    from studio.tune import applied
+    from studio.tune.evaluate import applied
     made, oracle = recipe_package(model, baseline, transfer)
     try:
         (work / RECIPE).symlink_to(made, target_is_directory=True)
@@ -123,10 +123,10 @@ def export_pair(model, baseline, candidate, transfer: bool, work: Path) -> tuple
 
 
 def measure_pair_cuda(model, baseline, candidate, transfer: bool, reps: int, threads: int | None = None):
-    """``studio.tune.Measured`` of ``candidate``'s exported CUDA step against the recipe's (``threads`` is
+    """``studio.tune.types.Measured`` of ``candidate``'s exported CUDA step against the recipe's (``threads`` is
     the CPU measurement's argument and is not used)."""
     from codegen.timing.stats import pair_spread
-    from studio.tune import Measured
+    from studio.tune.types import Measured
     with tempfile.TemporaryDirectory(prefix="dcstudio-tune-gpu-") as tmp:
         export_pair(model, baseline, candidate, transfer, Path(tmp))
         r = _child(["ab", tmp, str(reps), str(BLOCK), RECIPE, CANDIDATE], timeout=600.0)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "resources" / "examples" / "bert_layer_base_train.onnx"
+EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "bert_layer_base_train.onnx"
 NO_DISPLAY = ("dcstudio open needs a display: neither DISPLAY nor WAYLAND_DISPLAY is set.\n"
               "To replay a history headless instead, run:\n"
               "    dcstudio replay MODEL HISTORY [--check]\n"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from codegen.oracle import Oracle, stated_tolerance
 from ir.errors import StudioError
-from studio.reports import dump_json, junit_xml, report_json, write_atomic
-from studio.session import load_original
+from studio.session.reports import dump_json, junit_xml, report_json, write_atomic
+from studio.session.loading import load_original
 from transforms.history import check_model, load
 from transforms.passes import run_pass
 from transforms.registry import create
@@ -72,7 +72,7 @@ class _Progress:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from studio.cli import parse_bindings
+    from studio.text import parse_bindings
     hist = load(args.history)
     graph, proto = load_original(args.model, bindings={**hist.bindings, **parse_bindings(args.bind)},
                                  optimizer=args.optimizer, training=hist.training)
@@ -108,7 +108,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                       f"{tolerance:.1%}")
     moved = None
     if args.exported:
-        from studio.cli import exported_traffic
+        from studio.session.exporting import exported_traffic
         moved = exported_traffic(graph, args.exported)
     _write_reports(args, reports, failures, moved)
     _print_summary(args, reports, failures, moved)
@@ -165,7 +165,6 @@ def _mismatch_text(rep: StepReport, result, what: str = "first mismatch") -> str
     return f"{what} after step {rep.step} ({rep.transformation}, {anchors}): {worst}"
 
 
-
 def _write_reports(args, reports, failures, moved=None) -> None:
     if args.json:
         doc = report_json(args.model, args.history, reports, failures)
@@ -190,10 +189,24 @@ def _print_summary(args, reports: list[StepReport], failures: dict[int, str], mo
               f"({-red:+.1%}), bound {last.bound / 1e6:.2f} MB, moved/bound {first.ratio:.2f}x -> "
               f"{last.ratio:.2f}x, graph {last.graph_hash[:12]}\n")
     if moved is not None:
-        from studio.cli import traffic_lines
+        from studio.text import traffic_lines
         out.write(traffic_lines(moved) + "\n")
     for step, msg in sorted(failures.items()):
         sys.stderr.write(f"dcstudio: step {step}: {msg}\n")
+
+
+def check_written(model, history, bind: list[str], optimizer: str | None) -> int:
+    """``dcstudio replay MODEL HISTORY --check --quiet`` on a history another command just wrote: 0 when it
+    passes, else 1 (an error is printed as ``dcstudio`` prints it)."""
+    parser = argparse.ArgumentParser(prog="dcstudio")
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["replay", str(model), str(history), "--check", "--quiet", *[f"--bind={b}" for b in bind],
+                              *([f"--optimizer={optimizer}"] if optimizer else [])])
+    try:
+        return 0 if cmd_replay(args) == 0 else 1
+    except StudioError as e:
+        print(f"dcstudio: error: {e.summary}", file=sys.stderr)
+        return 1
 
 
 def add_parser(sub) -> None:

@@ -40,7 +40,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from codegen.timing.calibrate import peaks
     from codegen.timing.profiler import ab_ratio, profile_graph
     from codegen.timing.trace import write_trace
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     graph, steps = load_with_history(args.model, args.history, args.bind)
     threads = args.threads or default_threads()
     feeds = feeds_for(graph)

@@ -24,10 +24,10 @@ from ir.errors import StudioError
 from ir.graph import Graph
 from ir.memory import peak_bytes
 from ir.movement import Ledger, lower_bound
-from ir.onnx_import import FORWARD_KEY, import_model
-from ir.onnx_load import read_model
+from ir.onnx_import import FORWARD_KEY
 from ir.serialize import HashCache, graph_hash
-from studio.session_states import MAX_LAZY, LazyIndex, Metrics, Planned, State
+from studio.session.loading import load_graph, original_model
+from studio.session.states import MAX_LAZY, LazyIndex, Metrics, Planned, State
 from transforms import engine
 from transforms.base import Application, Match
 from transforms.history import TRANSFER, History, HistoryError, Step, check_model, load, save
@@ -45,40 +45,6 @@ KEPT_INDEXES = 32       # match indexes kept for the newest states (each holds e
 def _default_threads() -> int:
     from codegen.numba_cpu.threads import default_threads
     return default_threads()
-
-
-def load_graph(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
-               optimizer: str | None = None, training: Mapping[str, Any] | None = None) -> Graph:
-    """Import ``model_path``; with ``training`` options, import the training step generated from it
-    (``transforms.autodiff``). The graph's sha256 is always the file's, so histories match it."""
-    if not training:
-        return import_model(model_path, bindings=bindings, optimizer=optimizer)
-    return load_original(model_path, bindings=bindings, optimizer=optimizer, training=training)[0]
-
-
-def load_original(model_path: str | os.PathLike, *, bindings: Mapping[str, int] | None = None,
-                  optimizer: str | None = None, training: Mapping[str, Any] | None = None):
-    """``(graph, model)``: the imported graph (as ``load_graph``) and the ONNX model it came from for
-    ``codegen.oracle`` (``original_model``)."""
-    if not training:
-        return import_model(model_path, bindings=bindings, optimizer=optimizer), original_model(model_path)
-    from ir.onnx_import import import_proto
-    from ir.onnx_load import file_sha256
-    from transforms.autodiff import build_training_graph
-    proto = build_training_graph(read_model(model_path), **dict(training))
-    graph = import_proto(proto, path=str(model_path), bindings=bindings, name=Path(model_path).stem + "-train")
-    graph.meta.update(source=str(model_path), sha256=file_sha256(model_path), training="generated")
-    return graph, proto
-
-
-def original_model(model_path: str | os.PathLike, training: Mapping[str, Any] | None = None):
-    """The model onnxruntime checks against: the file's own path (onnxruntime reads it itself, no
-    350 MB parse and re-serialization; the import already vetted its external data), or the
-    standard-ONNX training step generated from it."""
-    if not training:
-        return model_path
-    from transforms.autodiff import build_training_graph
-    return build_training_graph(read_model(model_path), **dict(training))
 
 
 def state_dir() -> Path:
@@ -487,7 +453,7 @@ class Session:
         same model made it on the same deterministic feeds: ``oracle()``)."""
         from codegen.numpy_ref.feeds import feeds_for
         from codegen.oracle import stated_tolerance
-        from studio.export_cmd import eval_forward_of, write_package
+        from studio.session.exporting import eval_forward_of, write_package
         feeds = feeds_for(self.graph)
         feeds.update(inputs or {})
         steps = self._steps[: self._cursor]
@@ -578,7 +544,6 @@ class Session:
         """Replay the autosave (or ``path``) into this session; returns the number of steps."""
         source = Path(path) if path else self.autosave_for(self.model_path)
         return self.load_history(source)
-
 
 
 def _anchor_layer(step: Step) -> str | None:

@@ -18,46 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
 
 from ir.graph import Graph
+from ir.statements import FREE_KINDS
+from studio.tune.types import CutoutPrice, KernelTime
 
-FREE_KINDS = ("view", "constant")
-
-
-@dataclass(frozen=True)
-class KernelTime:
-    """One kernel structure's measured time: median seconds, coefficient of variation, load average."""
-    key: str
-    median_s: float
-    spread: float
-    load: float
-    label: str = ""
-
-
-@dataclass
-class CutoutPrice:
-    """A candidate priced by its kernels: the sum of their medians, how many of its distinct kernel
-    structures were measured for it, and how many came from earlier measurements."""
-    candidate: str
-    seconds: float
-    measured: int
-    reused: int
-    statements: int = 0
-
-
-@dataclass
-class Cutouts:
-    """What the cutout stage did in one search (``TuneResult.cutouts``)."""
-    prices: list[CutoutPrice] = field(default_factory=list)
-
-    @property
-    def measured(self) -> int:
-        return sum(p.measured for p in self.prices)
-
-    @property
-    def reused(self) -> int:
-        return sum(p.reused for p in self.prices)
 
 
 def _shape_of(graph: Graph, name: str) -> list:
@@ -94,7 +59,7 @@ def context_of(threads: int | None) -> tuple[str, dict]:
     count and dcstudio's code."""
     from codegen.numba_cpu.threads import default_threads
     from codegen.timing.calibrate import fingerprint
-    from studio.tune import code_fingerprint
+    from studio.tune.evaluate import code_fingerprint
     n = threads or default_threads()
     about = {"machine": fingerprint(n), "threads": n, "backend": "cpu", "code": code_fingerprint()}
     return hashlib.sha256(json.dumps(about, sort_keys=True).encode()).hexdigest()[:24], about
@@ -105,7 +70,7 @@ def measure_kernels(model, candidate, transfer: bool, known: frozenset, threads:
     """A timing task: ``candidate``'s graph, its kernels' keys, and the times of the kernels whose keys are
     not in ``known`` (one cutout of the first kernel of each such key, timed out of process)."""
     from codegen.timing.profiler import profile_graph
-    from studio.tune import applied
+    from studio.tune.evaluate import applied
     graph = applied(model, candidate, transfer).graph
     keys = statement_keys(graph)
     first: dict[str, str] = {}

@@ -126,7 +126,7 @@ def measure(graph: Graph, threads: int | None = None, reps: int = 10) -> Headroo
 
 
 def of_recipe(model, res, threads: int | None = None, reps: int = 10) -> Headroom:
-    """The headroom of the hand recipe of a ``studio.tune.search`` result ``res`` on ``model`` (its step rebuilt
+    """The headroom of the hand recipe of a ``studio.tune.search.search`` result ``res`` on ``model`` (its step rebuilt
     as the search ran it: in the scope, or with transfer tuning)."""
-    from studio.tune import applied
+    from studio.tune.evaluate import applied
     return measure(applied(model, res.baseline_candidate, res.transfer).graph, threads, reps)

@@ -7,7 +7,7 @@ candidate's canonical key (its passes as JSON). Table ``measurements``: a finali
 timed against the hand recipe's (medians, their ratio, the spread of the paired ratios, threads),
 under the same keys; a time objective's context holds the machine fingerprint and thread count. Table
 ``kernel_times`` (added in place: files without it gain it, schema 1 readers ignore it): one kernel
-structure's median time, spread and load average (``studio.tune_kernels``), keyed by a context of machine
+structure's median time, spread and load average (``studio.tune.kernels``), keyed by a context of machine
 fingerprint, thread count, backend and code, and the kernel's structure key.
 A second run with the same context reads its
 earlier results instead of evaluating again (warm start); a changed machine or changed
@@ -23,28 +23,13 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from ir.errors import StudioError
+from studio.tune.types import Score
 
 SCHEMA = 1
-
-
-@dataclass(frozen=True)
-class Score:
-    """What one evaluation found: the objective's value (bytes, or predicted seconds), the bytes
-    moved, the recorded steps and the resulting graph's hash; ``error`` when the candidate failed."""
-    value: float
-    bytes: int
-    steps: int
-    graph_hash: str
-    seconds: float = field(compare=False)        # how long it took: not part of what was found
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 def default_path() -> Path:
@@ -94,7 +79,7 @@ class ResultsDB:
                           d["error"], json.dumps(about, sort_keys=True), time.time()))
 
     def get_measured(self, context: str, candidate: str):
-        from studio.tune import Measured
+        from studio.tune.types import Measured
         row = self._db.execute("SELECT recipe_ms, candidate_ms, ratio, spread, threads FROM measurements "
                                "WHERE context = ? AND candidate = ?", (context, candidate)).fetchone()
         if not row:
@@ -107,8 +92,8 @@ class ResultsDB:
                          (context, m.key, m.recipe_ms, m.candidate_ms, m.ratio, m.spread, m.threads, time.time()))
 
     def kernel_times(self, context: str) -> dict:
-        """Every kernel structure timed in ``context`` (``studio.tune_kernels.KernelTime`` by key)."""
-        from studio.tune_kernels import KernelTime
+        """Every kernel structure timed in ``context`` (``studio.tune.kernels.KernelTime`` by key)."""
+        from studio.tune.types import KernelTime
         rows = self._db.execute("SELECT kernel, median_s, spread, load, label FROM kernel_times WHERE context = ?",
                                 (context,)).fetchall()
         return {r[0]: KernelTime(*r) for r in rows}

@@ -1,0 +1,6 @@
+"""``python -m studio.cli``: the ``dcstudio`` command."""
+import sys
+
+from studio.cli.dispatch import main
+
+sys.exit(main())
