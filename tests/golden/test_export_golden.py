@@ -23,7 +23,7 @@ def exported():
     from codegen.numba_cpu.backend import program
     from codegen.program.module import module_text
     from codegen.program.schedule import fork_join
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     graph, steps = load_with_history(str(MODEL), str(HISTORY), [])
     prog = program(graph)
     prog.schedule = fork_join(prog, 2)                  # as export_package does
