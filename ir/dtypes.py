@@ -28,6 +28,14 @@ NAME_TO_ONNX: dict[str, int] = {v: k for k, v in ONNX_TO_NAME.items()}
 _NP_OF_NAME: dict[str, np.dtype] = {ONNX_TO_NAME[c]: dt for c, dt in _NP_OF_CODE.items()}
 
 FLOAT_TYPES = frozenset({"float32", "float64", "float16", "bfloat16"})
+NUMERIC_TYPES = ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                 "uint64", "bool")
+"""The dtypes a tasklet computes in (lowering, the kernel printers): the floats but bfloat16 (a storage type,
+widened to float32 to compute), the integers and bool."""
+WIDE_TYPES = ("float32", "float64", "int32", "int64")
+"""The 32- and 64-bit floats and integers: what a kernel's row caches, column accumulators and warp shuffles hold."""
+NUMPY_NAMES = {dt: "np.bool_" if dt == "bool" else f"np.{dt}" for dt in NUMERIC_TYPES}
+"""How generated code names a dtype's NumPy type."""
 
 
 def from_onnx(code: int) -> str:

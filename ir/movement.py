@@ -186,9 +186,10 @@ def _expansion_estimate(graph: Graph, node: OpNode) -> Estimate | None:
 
 def library_flops(graph: Graph, node: OpNode) -> int | None:
     """Closed-form FLOPs of library ops (2 per multiply-add); None for other ops."""
-    if node.domain == "ai.dcstudio" and node.op_type in ("MatMul", "Gemm", "FusedMatMul", "GroupedGemm", "Einsum"):
-        from ir.fused_ops import fused_flops  # contraction(s) in closed form + epilogue operations
-        return fused_flops(graph, node)
+    if node.domain == "ai.dcstudio":
+        from ir.fused_ops import CONTRACTIONS, GROUP, fused_flops  # contraction(s) in closed form + epilogue
+        if node.op_type == GROUP or any(op == node.op_type for _, op in CONTRACTIONS):
+            return fused_flops(graph, node)
     shape = lambda k: graph.container(node.inputs[k].container).concrete_shape(graph.bindings)  # noqa: E731
     op = node.op_type
     if op not in ("MatMul", "FusedMatMul", "Gemm", "Conv", "ConvTranspose", "ConvGrad", "ConvWeightGrad", "Einsum"):

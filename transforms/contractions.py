@@ -22,6 +22,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, replace
 
+from ir import fused_ops
 from ir.graph import Graph
 from ir.memlet import Memlet
 from ir.nodes import OpNode
@@ -30,7 +31,7 @@ from transforms.views import View, blocks, static_shape
 LETTERS = string.ascii_lowercase + string.ascii_uppercase
 MS = "com.microsoft"
 FLAG_CHOICES = ((False, False), (False, True), (True, False), (True, True))  # (transBatch, trans)
-CONTRACTION_OPS = (("", "MatMul"), ("", "Gemm"), (MS, "FusedMatMul"), ("", "Einsum"))
+CONTRACTION_OPS = tuple(fused_ops.CONTRACTIONS)     # (domain, op) of the plain contractions
 
 
 class ContractionError(Exception):

@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Iterable, Iterator
 
 from ir import expr as E
-from ir import memory
+from ir import fused_ops, memory
 from ir.graph import Graph
 from ir.nodes import MapNode, OpNode, Tasklet
 from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
@@ -60,7 +60,7 @@ from transforms.phases import forward_kernels, has_loss
 from transforms.registry import register
 
 LOW_TYPES = ("bfloat16", "float16")
-WIDENING_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul"})
+WIDENING_OPS = frozenset(op for _, op in fused_ops.CONTRACTIONS if op != "Einsum")
 METADATA_OPS = frozenset({"Shape", "Size"})
 BF16_RTOL = 3e-2
 FP16_RTOL = 5e-3

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 from ir import expr as E
 from ir.graph import Graph
+from ir.memory import VIEW_OPS
 from ir.nodes import MapNode, Tasklet
 from transforms.rewiring import IndexFn
 
-VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 Shape = tuple[int, ...]
 
 
@@ -108,7 +108,7 @@ def view_reason(graph: Graph, node) -> str | None:
         return None
     if node.domain or node.op_type not in VIEW_OPS:
         extra = "; it replicates data" if node.op_type == "Expand" else ""
-        return f"'{node.id}' ({node.qualified_type}) is not a view op ({', '.join(VIEW_OPS)}){extra}"
+        return f"'{node.id}' ({node.qualified_type}) is not a view op ({', '.join(sorted(VIEW_OPS))}){extra}"
     if not node.inputs or node.inputs[0] is None or len([o for o in node.outputs if o is not None]) != 1:
         return f"'{node.id}' ({node.op_type}) has no data input or not exactly one output"
     src, dst = node.inputs[0].container, node.outputs[0].container

@@ -33,6 +33,7 @@ import hashlib
 from codegen.cupy_cuda.c_expr import C_TYPES, to_cuda
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
 from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals, output_init
+from ir import dtypes
 from ir import expr as E
 from ir.graph import Graph
 from ir.maps import range_bounds
@@ -202,7 +203,7 @@ def c_literal(value, dt: str) -> str:
     """``value`` as a CUDA C constant of type ``dt`` (infinities through ``DCS_INF``)."""
     if dt == "bool":
         return "true" if value else "false"
-    if dt in ("float32", "float64", "float16", "bfloat16"):
+    if dt in dtypes.FLOAT_TYPES:
         f = float(value)
         if f != f:
             raise UnsupportedMap(f"NaN constant of {dt}")

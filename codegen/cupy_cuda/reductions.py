@@ -52,12 +52,13 @@ from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan, Target, plan
 from codegen.cupy_cuda.row_cache import RowCache, nested_counts, positions, thread_stride
 from codegen.cupy_cuda.split_blocks import ColumnSplit, RowSplit
 from codegen.program.kernel import UnsupportedMap
+from ir import dtypes
 from ir.graph import Graph
 from ir.maps import range_bounds
 from ir.memlet import Memlet
 from ir.nodes import MapNode, Tasklet
 
-SHUFFLE_TYPES = ("float32", "float64", "int32", "int64")
+SHUFFLE_TYPES = dtypes.WIDE_TYPES
 LEADER = {"rows": "threadIdx.x == 0", "warp_rows": "threadIdx.x == 0", "columns": "active && threadIdx.y == 0"}
 
 
@@ -102,7 +103,7 @@ class _Slots:
 
 
 def _size(dt: str) -> int:
-    return {"float32": 4, "float64": 8, "int32": 4, "int64": 8}[dt]
+    return dtypes.to_numpy(dt).itemsize
 
 
 def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKernel:

@@ -55,6 +55,7 @@ from ir.containers import Role
 from ir.errors import StudioError
 from ir.graph import Graph
 from ir.onnx_import import import_proto
+from ir.statements import StatementKind
 from transforms.autodiff.deploy import EvalForward
 
 GENERATOR = "dcstudio codegen.export 1"
@@ -150,7 +151,7 @@ def _steps_digest(steps: Sequence) -> str:
 def _check_exportable(prog: Program, vendored: set[str]) -> None:
     problems = [f"'{node.id}': {reason}" for node, reason in prog.extern.values()]
     for st in prog.statements:
-        if st.kind == "reference":
+        if st.kind == StatementKind.REFERENCE:
             node = prog.graph.nodes[st.node_id]
             fn = lookup(node.domain, node.op_type)
             if vendor.module_of_kernel(fn) not in vendored:

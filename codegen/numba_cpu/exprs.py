@@ -39,8 +39,7 @@ _NP_UNARY = {"floor": "np.floor", "ceil": "np.ceil", "sign": "np.sign", "round":
              "isnan": "np.isnan", "isinf": "np.isinf", "sqrt": "np.sqrt", "log1p": "np.log1p",
              "expm1": "np.expm1", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
              "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh"}
-NUMERIC = frozenset({"float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
-                     "uint16", "uint32", "uint64", "bool"})
+NUMERIC = frozenset(dtypes.NUMERIC_TYPES)
 
 IDIV_SOURCE = '''def _idiv(a, b):
     q = a // b
@@ -59,7 +58,7 @@ def promote(a: str, b: str) -> str:
 
 
 def is_float(dt: str) -> bool:
-    return dt in ("float32", "float64", "float16")
+    return dt in dtypes.FLOAT_TYPES and dt in NUMERIC
 
 
 def literal(value, dt: str) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ir import dtypes
 from ir import expr as E
 from ir.nodes import MapNode, Tasklet
 
@@ -40,8 +41,6 @@ from codegen.numba_cpu.loopnest import Nest, declare_locals, first_wcr, identity
 _HOLE = E.Var("·")
 CHUNK_ROWS = 64
 """Rows per ``prange`` iteration when the map has one row param (each block is skewed alone)."""
-NP = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32", "int64": "np.int64"}
-"""Buffer dtypes (other cached values keep the sweeps as they are)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ def plan(m: MapNode, written: set[str]) -> RowCache | None:
         length += 1
     while length and not all(_reads_only_last(s, length) for s in sweeps[1:]):
         length -= 1
-    if not length or sweeps[0].locals[sweeps[0].body[length - 1].output.container].dtype not in NP:
+    if not length or sweeps[0].locals[sweeps[0].body[length - 1].output.container].dtype not in dtypes.WIDE_TYPES:
         return None
     return RowCache(tuple(sweeps), length)
 
@@ -130,7 +129,7 @@ def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
         nest.w.line(f"hi = min({hi}, lo + {CHUNK_ROWS})")
         lo, hi = "lo", "hi"
     last = cache.sweeps[0].body[cache.length - 1].output.container
-    size, dt = nest.bound(cache.sweeps[0].params[0][1].stop), NP[cache.sweeps[0].locals[last].dtype]
+    size, dt = nest.bound(cache.sweeps[0].params[0][1].stop), dtypes.NUMPY_NAMES[cache.sweeps[0].locals[last].dtype]
     for buf in ("c0", "c1") if skew else ("c0",):
         (nest.w.line if parallel else nest.pre.append)(f"{buf} = np.empty({size}, {dt})")
     if skew:

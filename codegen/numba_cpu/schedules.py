@@ -30,6 +30,7 @@ contiguously (and vectorizes) — on this machine a strided kernel ran 20–90×
 """
 from __future__ import annotations
 
+from ir import dtypes
 from ir import expr as E
 from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
@@ -50,8 +51,6 @@ over rows of 768): 786K points 0.097 ms serial against 0.144 ms split, 1.6M 0.42
 WHOLE_ROW = 16384
 """A ``columns`` map over at most this many columns runs as one block (its accumulators: 128 KiB
 per float64 local at most, in L2)."""
-NP = {"float32": "np.float32", "float64": "np.float64", "int64": "np.int64", "int32": "np.int32",
-      "bool": "np.bool_", "float16": "np.float16"}
 
 
 def emit(nest: Nest, m: MapNode, parallel: bool) -> str:
@@ -175,7 +174,7 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
     for loc, c in m.locals.items():
         name = nest.new_local()
         dt = accumulator_dtype(first.get(loc), c.dtype)
-        nest.pre.append(f"{name} = np.empty({nq if whole else COLUMNS}, {NP[dt]})")
+        nest.pre.append(f"{name} = np.empty({nq if whole else COLUMNS}, {dtypes.NUMPY_NAMES[dt]})")
         nest.locals[loc] = (f"{name}[{qv if whole else 'qi'}]", dt)
         inits.append(f"{name}[:] = {identity_literal(first.get(loc), dt)}")
     nest.params[q] = qv
@@ -234,7 +233,7 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
         if out.container in m.locals or out.wcr is not None and _at_column(out.subset, q, row):
             if out.wcr is None or acc.setdefault(out.container, out.wcr) != out.wcr:
                 return False
-            if out.container not in m.locals and nest.graph.container(out.container).dtype not in _WIDE:
+            if out.container not in m.locals and nest.graph.container(out.container).dtype not in dtypes.WIDE_TYPES:
                 return False                       # 16-bit floats: no wcr into their bits (loopnest._store)
         elif out.subset is None or E.Var(row) not in out.subset:
             return False
@@ -252,7 +251,7 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
             sub = next(t.output.subset for t in sweep.body if t.output.container == c)
             name, dt = f"{nest.array(c)}[{', '.join(nest.index(ix) for ix in sub)}]", nest.graph.container(c).dtype
         part = f"{name.split('[')[0]}p{k}"
-        nest.pre.append(f"{part} = np.empty(({ROW_CHUNKS}, {nq}), {NP[dt]})")
+        nest.pre.append(f"{part} = np.empty(({ROW_CHUNKS}, {nq}), {dtypes.NUMPY_NAMES[dt]})")
         saved[c] = (nest.locals.get(c), name, part)
         nest.locals[c] = (f"{part}[ck, {qv}]", dt)
     nest.w.line(f"for ck in prange({nch}):")
@@ -285,7 +284,6 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
     return True
 
 
-_WIDE = ("float32", "float64", "int32", "int64")
 
 
 def _points(params, nest: Nest) -> int:

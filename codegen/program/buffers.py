@@ -27,10 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from codegen.program.aliases import alias_groups
 from codegen.program.program import Statement
 from codegen.program.shared_buffers import SharedBuffer
-
-ALIASING_KINDS = frozenset({"view", "reference", "extern"})
 
 
 @dataclass
@@ -53,37 +52,6 @@ class Plan:
         return next((b for b in self.shared if container in b.members), None)
 
 
-class _Groups:
-    """Union-find over container names."""
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, x: str) -> str:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: str, b: str) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-
-def _alias_groups(statements: list[Statement]) -> _Groups:
-    """Containers that may share memory: a view with its data input (not its shape operand:
-    reshapes sharing one shape tensor stay apart), a reference or extern node's outputs
-    with all its inputs."""
-    groups = _Groups()
-    for st in statements:
-        if st.kind in ALIASING_KINDS:
-            sources = st.reads[:1] if st.kind == "view" else st.reads
-            for out in st.writes:
-                for src in sources:
-                    groups.union(out, src)
-    return groups
-
-
 def _take(result: Plan, free: list[int], size: int) -> int:
     """The smallest free slot of at least ``size`` bytes, else a new slot."""
     fits = sorted((result.slots[s], s) for s in free if result.slots[s] >= size)
@@ -98,7 +66,7 @@ def plan(statements: list[Statement], keep: Iterable[str], nbytes: Callable[[str
          shared: Sequence[SharedBuffer] = ()) -> Plan:
     """Assign a slot to every planned allocation of ``statements``; ``keep`` are graph outputs;
     ``shared`` the recorded buffers to honour (one slot each, see the module docstring)."""
-    groups = _alias_groups(statements)
+    groups = alias_groups(statements)
     escaping = {groups.find(c) for c in keep}
     last: dict[str, int] = {}
     for k, st in enumerate(statements):

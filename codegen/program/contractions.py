@@ -13,17 +13,14 @@
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from codegen.numpy_ref.registry import canonical_domain
 from codegen.program import panels
 from codegen.program.namespace import literal, sanitize
+from codegen.program.statement import Alloc, Statement
 from ir import fused_ops
 from ir.containers import Container
 from ir.nodes import OpNode
-
-if TYPE_CHECKING:
-    from codegen.program.program import Program, Statement
+from ir.statements import StatementKind
 
 
 def blas_call(node: OpNode, ins: list[str], out: str) -> str | None:
@@ -43,8 +40,7 @@ def blas_call(node: OpNode, ins: list[str], out: str) -> str | None:
     return None
 
 
-def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
-    from codegen.program.program import Statement
+def statement(prog, node: OpNode, head: str) -> Statement | None:
     if fused_ops.is_group(node):
         parts = [_one(prog, m) for m in fused_ops.members(node)]
         if any(p is None for p in parts):
@@ -64,14 +60,13 @@ def statement(prog: "Program", node: OpNode, head: str) -> "Statement | None":
         tasks = ()
     reads = tuple(dict.fromkeys(m.container for m in node.inputs if m is not None))
     writes = tuple(m.container for m in node.outputs if m is not None) + temps
-    kind = "kernel" if kernels else "blas"
+    kind = StatementKind.KERNEL if kernels else StatementKind.BLAS
     return Statement(node.id, node.qualified_type, kind, head, lines, reads, writes, allocs,
                      kernels[0] if kernels else None, tasks, calls)
 
 
-def _one(prog: "Program", node: OpNode):
+def _one(prog, node: OpNode):
     """(allocs, lines, kernel name or None, temps, calls) of one contraction, or None if it is none."""
-    from codegen.program.program import Alloc
     ins = [prog.operand(m.container) if m is not None else "None" for m in node.inputs]
     if not fused_ops.has_epilogue(node):
         outs = [m.container for m in node.outputs if m is not None]

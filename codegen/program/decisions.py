@@ -16,6 +16,7 @@ input of a max/min reduction.
 """
 from __future__ import annotations
 
+from ir import dtypes
 from ir import expr as E
 from ir.graph import Graph
 from ir.nodes import AccessNode, MapNode, OpNode
@@ -32,7 +33,6 @@ SMOOTH_OPS = frozenset({
 SMOOTH_EXPR = frozenset({"neg", "exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "recip", "log1p", "expm1",
                          "add", "sub", "mul", "div", "pow"})
 
-_FLOAT = ("float16", "bfloat16", "float32", "float64")
 
 
 def decision_vars(e: E.Expr) -> set[str]:
@@ -42,7 +42,7 @@ def decision_vars(e: E.Expr) -> set[str]:
         return set()
     if isinstance(e, E.Select):
         return set(E.free_vars(e.cond)) | decision_vars(e.a) | decision_vars(e.b)
-    if isinstance(e, E.Cast) and e.dtype in _FLOAT or isinstance(e, (E.Un, E.Bin)) and e.op in SMOOTH_EXPR:
+    if isinstance(e, E.Cast) and e.dtype in dtypes.FLOAT_TYPES or isinstance(e, (E.Un, E.Bin)) and e.op in SMOOTH_EXPR:
         out: set[str] = set()
         for c in E.children(e):
             out |= decision_vars(c)

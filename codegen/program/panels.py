@@ -39,7 +39,6 @@ of the GEMM; a batch axis may be cut one matrix at a time).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from codegen.numpy_ref.registry import canonical_domain
 from codegen.program.kernel import KernelSource, UnsupportedMap
@@ -48,9 +47,6 @@ from ir import fused_ops
 from ir.containers import Container
 from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, OpNode, Tasklet
-
-if TYPE_CHECKING:
-    from codegen.program.program import Program
 
 PANEL_BYTES = 4 << 20    # see the module docstring
 REREAD_BYTES = 16 << 20
@@ -98,7 +94,7 @@ def labels(node: OpNode, shapes: list[tuple[int, ...]], out: tuple[int, ...]) ->
     return None
 
 
-def choose(prog: "Program", node: OpNode, base: OpNode, acc: Container) -> Panels | None:
+def choose(prog, node: OpNode, base: OpNode, acc: Container) -> Panels | None:
     """The axis and width of ``node``'s panels (see the module docstring), or None."""
     shape = acc.concrete_shape(prog.graph.bindings)
     total = acc.nbytes(prog.graph.bindings)
@@ -177,7 +173,7 @@ def panel_map(m: MapNode, temp: str, p: str, width: int) -> MapNode | None:
     return new
 
 
-def lines(prog: "Program", node: OpNode, base: OpNode, call: str, epi: MapNode, ks: KernelSource,
+def lines(prog, node: OpNode, base: OpNode, call: str, epi: MapNode, ks: KernelSource,
           temp: str) -> tuple[list[str], KernelSource, tuple] | None:
     """The panel loop of fused contraction ``node`` (``call``: its whole BLAS call into ``temp``;
     ``ks``: its whole epilogue kernel), its kernel and its calls, or None to keep the whole product.
@@ -229,7 +225,7 @@ def _extent(a: int, b: int, width: int) -> str | None:
     return "lo" if a == 0 else f"lo + {a}"
 
 
-def _sliced_call(prog: "Program", call: str, operands: list[str], plan: Panels) -> str:
+def _sliced_call(prog, call: str, operands: list[str], plan: Panels) -> str:
     """``call`` with each sliced operand replaced by its panel (``x[:, lo:lo + w]``)."""
     head, rest = call.split("(", 1)
     args = rest.rsplit(", out=", 1)

@@ -36,6 +36,7 @@ import numpy as np
 from codegen.numpy_ref import kernels as _ref_kernels  # noqa: F401  (fills the reference table)
 from codegen.numpy_ref.registry import OpContext, canonical_domain, lookup
 from codegen.program import contractions, decisions, flatten
+from codegen.program.statement import Alloc, Statement  # noqa: F401 (part of this module's API)
 from codegen.program.backend import Render
 from codegen.program.kernel import KernelSource, UnsupportedMap
 from codegen.program.namespace import Namespace, comment, literal
@@ -45,12 +46,10 @@ from ir.containers import Container
 from ir.errors import StudioError
 from ir.fused_ops import overlay
 from ir.graph import Graph
+from ir.memory import VIEW_OPS
 from ir.nodes import MapNode, OpNode
+from ir.statements import StatementKind
 
-NP_TYPES = {"float32": "np.float32", "float64": "np.float64", "float16": "np.float16", "int64": "np.int64",
-            "int32": "np.int32", "int16": "np.int16", "int8": "np.int8", "uint8": "np.uint8",
-            "uint16": "np.uint16", "uint32": "np.uint32", "uint64": "np.uint64", "bool": "np.bool_"}
-VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 METADATA_OPS = frozenset({"Shape", "Size"})
 LIBRARY_CALLS = {("", "Conv"): "L.conv", ("", "ConvTranspose"): "L.conv_transpose",
                  ("ai.dcstudio", "ConvWeightGrad"): "L.conv_weight_grad", ("", "MaxPool"): "L.max_pool"}
@@ -58,30 +57,6 @@ LIBRARY_CALLS = {("", "Conv"): "L.conv", ("", "ConvTranspose"): "L.conv_transpos
 RESERVED = ("W", "B", "R", "K", "L", "np", "os", "math", "EXTERN", "OpContext", "Model", "INPUTS", "OUTPUTS",
             "FORWARD_OUTPUTS", "UPDATES", "WORKERS", "SCHEDULE", "ARENA_BYTES", "SLOT_OF", "SHARED_BUFFERS",
             "T", "S", "P", "SKIP", "ERR", "lo")
-
-
-@dataclass(frozen=True)
-class Alloc:
-    """An output buffer the statement needs before its call (``empty``, ``zeros``, ``full``)."""
-
-    container: str
-    kind: str = "empty"
-    wcr: str | None = None
-
-
-@dataclass
-class Statement:
-    node_id: str
-    label: str
-    kind: str                      # kernel | blas | view | constant | reference | extern
-    head: str                      # the comment naming the node
-    lines: list[str]               # the call, after the allocations
-    reads: tuple[str, ...]
-    writes: tuple[str, ...]
-    allocs: tuple[Alloc, ...] = ()
-    kernel: str | None = None
-    tasks: tuple[tuple[str, ...], ...] = ()   # independent parts of ``lines`` (a grouped GEMM's members)
-    calls: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (callee, containers its arrays are), as run
 
 
 @dataclass
@@ -117,9 +92,9 @@ class Program:
         dt = self.container(container).dtype
         if self.is_bits(container):
             return "np.uint16"
-        if dt not in NP_TYPES:
+        if dt not in dtypes.NUMPY_NAMES:
             raise UnsupportedMap(f"'{container}' has dtype {dt}, which NumPy cannot hold without ml_dtypes")
-        return NP_TYPES[dt]
+        return dtypes.NUMPY_NAMES[dt]
 
     def kernel_arg(self, container: str) -> str:
         """``container`` as a kernel argument: float16 arrays are passed as their uint16 bits."""
@@ -166,7 +141,7 @@ def _statement(prog: Program, node) -> Statement:
     except (UnsupportedMap, KeyError) as e:
         reason = e.args[0] if isinstance(e, UnsupportedMap) else f"unbound dimension {e.args[0]!r}"
         st = _extern(prog, node, head, str(reason))
-    if st.kind in ("reference", "extern"):
+    if st.kind in (StatementKind.REFERENCE, StatementKind.EXTERN):
         _refuse_bfloat16(prog, node, st)
     return st
 
@@ -213,7 +188,7 @@ def _map(prog: Program, m: MapNode, head: str) -> Statement:
     args = [prog.kernel_arg(c) + (".reshape(-1)" if c in flat_names else "") for c in ks.arrays] + \
         [str(n) for n in ks.extents]
     reads = tuple(c for c in ks.arrays if c not in ks.outputs)
-    return Statement(m.id, m.label, "kernel", head, [f"K.{ks.name}({', '.join(args)})"], reads, ks.outputs,
+    return Statement(m.id, m.label, StatementKind.KERNEL, head, [f"K.{ks.name}({', '.join(args)})"], reads, ks.outputs,
                      allocs, ks.name, calls=((f"K.{ks.name}", ks.arrays),))
 
 
@@ -228,11 +203,11 @@ def _op(prog: Program, node: OpNode, head: str) -> Statement:
         return lib
     kind, call = _special(prog, node, ins)
     if call is None:
-        kind, call = "reference", _reference_call(prog, node, ins)
+        kind, call = StatementKind.REFERENCE, _reference_call(prog, node, ins)
         targets = ", ".join(prog.var(m.container) if m is not None else "_" for m in node.outputs) + ", *_"
     else:
         targets = prog.var(outs[0])
-    calls = (("L.reference", _reads(node) + outs),) if kind == "reference" else ()
+    calls = (("L.reference", _reads(node) + outs),) if kind == StatementKind.REFERENCE else ()
     return Statement(node.id, node.qualified_type, kind, head, [f"{targets} = {call}"], _reads(node), outs,
                      calls=calls)
 
@@ -241,13 +216,13 @@ def _special(prog: Program, node: OpNode, ins: list[str]) -> tuple[str, str | No
     """Views and folded constants; (kind, None) when the op is neither."""
     dom, op = canonical_domain(node.domain), node.op_type
     if dom == "" and op == "Identity":
-        return "view", ins[0]
+        return StatementKind.VIEW, ins[0]
     if dom == "" and op in VIEW_OPS and node.outputs[0] is not None:
-        return "view", f"{ins[0]}.reshape({literal(prog.shape(node.outputs[0].container))})"
+        return StatementKind.VIEW, f"{ins[0]}.reshape({literal(prog.shape(node.outputs[0].container))})"
     if dom == "" and op == "Expand":
-        return "view", f"L.broadcast_to({ins[0]}, {literal(prog.shape(node.outputs[0].container))})"
+        return StatementKind.VIEW, f"L.broadcast_to({ins[0]}, {literal(prog.shape(node.outputs[0].container))})"
     if dom == "" and op in METADATA_OPS:
-        return "constant", _fold_metadata(prog, node)
+        return StatementKind.CONSTANT, _fold_metadata(prog, node)
     return "", None
 
 
@@ -316,7 +291,7 @@ def _library(prog: Program, node: OpNode, head: str, ins: list[str]) -> Statemen
             prog.decided = decisions.reaching(prog.graph)
         extra += "" if outs[0] in prog.decided else ", exact=False"
     line = f"{call}({_reference_args(prog, node, ins)}, out={prog.var(outs[0])}{extra})"
-    return Statement(node.id, node.qualified_type, "blas", head, [line], _reads(node), outs,
+    return Statement(node.id, node.qualified_type, StatementKind.BLAS, head, [line], _reads(node), outs,
                      tuple(Alloc(c) for c in outs), calls=((call, _reads(node) + outs),))
 
 
@@ -327,5 +302,5 @@ def _extern(prog: Program, node, head: str, reason: str) -> Statement:
     outs = [prog.var(c) for c in _writes(node)]
     call = f"EXTERN[{k}]({', '.join(ins)})"
     lines = [f"# runs in the reference executor: {comment(reason)}", f"{', '.join(outs)}, *_ = {call}"]
-    return Statement(node.id, _label(node), "extern", head, lines, _reads(node), _writes(node),
+    return Statement(node.id, _label(node), StatementKind.EXTERN, head, lines, _reads(node), _writes(node),
                      calls=(("EXTERN", _reads(node) + _writes(node)),))

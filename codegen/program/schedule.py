@@ -1,7 +1,7 @@
 """A static fork-join schedule: independent statements run side by side on ``workers`` threads.
 
 The program's statements form a dependency DAG (a statement depends on the one that wrote what it
-reads, views and reference outputs followed to the memory they share, ``buffers._alias_groups``).
+reads, views and reference outputs followed to the memory they share, ``aliases.alias_groups``).
 ``fork_join(prog, workers)`` orders them into *steps*: a step is one statement, or up to ``workers``
 independent ``kernel``/``blas`` statements (their lines are calls into buffers allocated before the
 step) that the module runs concurrently with ``L.parallel`` — numba kernels and BLAS release the
@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from codegen.program.program import Program, Statement
 from codegen.program.shared_buffers import _raw_table
 from ir.movement import kernel_estimate
+from ir.statements import FREE_KINDS, StatementKind
 
-PARALLEL_KINDS = frozenset({"kernel", "blas"})
+PARALLEL_KINDS = frozenset({StatementKind.KERNEL, StatementKind.BLAS})
 FLOPS_PER_S = 90e9       # one core's sgemm rate, for ordering only (calibrated peaks are not needed)
 BYTES_PER_S = 20e9       # one core's streaming bandwidth
 BLAS_SPEEDUP = 1.95      # a large BLAS call on two threads against one (1024x3072x768 sgemm here: 1.97)
@@ -82,7 +83,7 @@ class Schedule:
 
 def statement_cost(prog: Program, st: Statement) -> float:
     """Seconds one core needs for ``st`` (roofline of the node's FLOPs and bytes; 0 for views)."""
-    if st.kind in ("view", "constant"):
+    if st.kind in FREE_KINDS:
         return 0.0
     node = prog.graph.nodes.get(st.node_id)
     return _roofline(prog, node) if node is not None else 0.0
@@ -96,7 +97,7 @@ def _roofline(prog: Program, node) -> float:
 def _speedup(st: Statement, workers: int) -> float:
     """How much faster ``st`` runs on ``workers`` threads than on one: BLAS calls (a contraction,
     with or without an epilogue kernel) scale, loop nests without ``prange`` do not."""
-    if workers > 1 and (st.kind == "blas" or (st.kind == "kernel" and st.lines and not st.lines[0].startswith("K."))):
+    if workers > 1 and (st.kind == StatementKind.BLAS or (st.kind == StatementKind.KERNEL and st.lines and not st.lines[0].startswith("K."))):
         return BLAS_SPEEDUP
     return 1.0
 
@@ -115,8 +116,8 @@ def dependencies(statements: list[Statement], recorded: dict[str, list[str]] | N
     the readers and writers of what it writes. Memory shared through views and reference outputs
     counts as one, and so does every recorded ``memory_reuse`` buffer (``recorded``: name ->
     members), so a statement writing in place never runs beside a reader of what it overwrites."""
-    from codegen.program.buffers import _alias_groups
-    groups = _alias_groups(statements)
+    from codegen.program.aliases import alias_groups
+    groups = alias_groups(statements)
     for members in (recorded or {}).values():
         for other in members[1:]:
             groups.union(other, members[0])

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from ir import memory
 from ir.nodes import MapNode, OpNode
+from ir.statements import StatementKind
 
 if TYPE_CHECKING:
     from codegen.program.program import Program, Statement
@@ -108,9 +109,9 @@ class _Memory:
     """The program's memory facts over ``statements`` (alias groups, allocations, last uses)."""
 
     def __init__(self, prog: "Program", statements: list["Statement"], keep: Iterable[str]) -> None:
-        from codegen.program.buffers import _alias_groups
+        from codegen.program.aliases import alias_groups
         self.prog, self.statements = prog, statements
-        self.groups = _alias_groups(statements)
+        self.groups = alias_groups(statements)
         find = self.groups.find
         self.escaping = {find(c) for c in keep}
         self.alloc: dict[str, tuple[int, object]] = {}
@@ -124,7 +125,7 @@ class _Memory:
                 self.alloc[a.container] = (k, a)
                 self.storages.setdefault(find(a.container), []).append(a.container)
             node = prog.graph.nodes.get(st.node_id)
-            if st.kind == "view" and isinstance(node, OpNode) and node.op_type in memory.VIEW_OPS:
+            if st.kind == StatementKind.VIEW and isinstance(node, OpNode) and node.op_type in memory.VIEW_OPS:
                 self.view_of[st.writes[0]] = st.reads[0]
 
     def unit(self, member: str) -> Unit | str:
@@ -152,7 +153,7 @@ class _Memory:
         prog = self.prog
         node = prog.graph.nodes.get(st.node_id)
         where = f"'{b.storage}' would overwrite '{a.storage}' in '{st.node_id}'"
-        if st.kind != "kernel" or not isinstance(node, MapNode):
+        if st.kind != StatementKind.KERNEL or not isinstance(node, MapNode):
             what = node.qualified_type if isinstance(node, OpNode) else st.kind
             return f"{where}, a {what} call: only a map kernel runs in place (BLAS outputs never alias inputs)"
         if not prog.kernels_may_alias:

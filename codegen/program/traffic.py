@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from codegen.program.program import Program, Statement
 from ir.movement import kernel_estimate
+from ir.statements import FREE_KINDS
 
 
 @dataclass
@@ -61,7 +62,7 @@ def statement_bytes(prog: Program, st: Statement) -> int:
 
 
 def _why(prog: Program, st: Statement) -> str:
-    if st.kind in ("view", "constant"):
+    if st.kind in FREE_KINDS:
         return "a view or constant: no data moves"
     if prog.temps and any(c in prog.temps for _, cs in st.calls for c in cs):
         return "the GEMM writes its raw product and the epilogue kernel reads it back"

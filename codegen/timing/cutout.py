@@ -32,6 +32,7 @@ import numpy as np
 
 from codegen.numpy_ref.executor import run as reference_run
 from codegen.numpy_ref.feeds import feeds_for
+from codegen.timing.cancel import ProfileCancelled
 from ir.containers import Role
 from ir.errors import GraphError
 from ir.graph import Graph
@@ -129,7 +130,6 @@ def cutout(graph: Graph, kernels: Iterable[str], feeds: Mapping[str, np.ndarray]
 
     def each(done: int, total: int) -> None:
         if cancel is not None and cancel():
-            from codegen.timing.profiler import ProfileCancelled
             raise ProfileCancelled("profiling cancelled while recording the selection's inputs")
         if on_progress is not None:
             on_progress(done, total)

@@ -36,6 +36,7 @@ import numpy as np
 
 from codegen.numba_cpu import threads as thread_control
 from codegen.timing.calibrate import Peaks
+from codegen.timing.cancel import ProfileCancelled  # noqa: F401 (raised here; callers catch it from here)
 from codegen.timing.stats import KernelTiming, Samples, pair_spread
 from ir.graph import Graph
 from ir.serialize import dumps
@@ -44,10 +45,6 @@ ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 900.0   # import, lowering and compiling a big graph's kernels
 Progress = Callable[[int, int], None]
 Cancel = Callable[[], bool]
-
-
-class ProfileCancelled(Exception):
-    """The caller cancelled profiling; the worker was killed."""
 
 
 @dataclass

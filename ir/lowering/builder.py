@@ -35,8 +35,6 @@ from ir.nodes import MapNode, OpNode, Tasklet
 Params = list[tuple[str, Range]]
 Index = Sequence["str | int | E.Expr"]
 
-_NUMERIC = ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
-            "uint16", "uint32", "uint64", "bool")
 
 
 class NotExpandable(Exception):
@@ -115,7 +113,7 @@ class KernelBuilder:
 
     def dtype(self, name: str) -> str:
         dt = self.graph.container(name).dtype
-        if dt not in _NUMERIC:
+        if dt not in dtypes.NUMERIC_TYPES:
             raise NotExpandable(f"'{name}' has dtype {dt}, which tasklets cannot compute with")
         return dt
 

@@ -107,8 +107,7 @@ def where(k: KernelBuilder, impl: str) -> MapNode:
 
 
 def _cast_target(k: KernelBuilder, dt: str) -> str:
-    if dt not in dtypes.FLOAT_TYPES | {"bool", "int8", "int16", "int32", "int64", "uint8",
-                                       "uint16", "uint32", "uint64"} or dt == "bfloat16":
+    if dt not in dtypes.NUMERIC_TYPES:
         raise NotExpandable(f"cast to {dt} has no tasklet form")
     return dt
 
