@@ -61,7 +61,7 @@ def _batch_check(kernels: dict, arch: str) -> list[str]:
 def all_kernels(fixtures_dir):
     """Distinct kernels of every graph, fused and not, float32 and bfloat16 storage."""
     graphs = [fixture_graph(fixtures_dir, case, fused)[0] for case in CASES for fused in (False, True)]
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     bundled = import_model(BUNDLED)
     fused_bundled = bundled.clone()
     fuse_everything(fused_bundled)

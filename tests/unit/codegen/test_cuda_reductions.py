@@ -39,7 +39,7 @@ REDUCE_MEAN = "onnx::ReduceMean::7/expanded"
 
 @pytest.fixture(scope="module")
 def recipe() -> Graph:
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     g, _ = load_with_history(str(EXAMPLES / "bert_layer_base_train.onnx"),
                              str(EXAMPLES / "bert_layer_base_train.history.json"), [])
     return lower_for_codegen(g)

@@ -387,7 +387,7 @@ def test_a_kernel_is_parallel_exactly_when_it_runs_a_prange(monkeypatch):
 
     from codegen.numba_cpu import loopnest
     from codegen.numba_cpu.backend import program as cpu_program
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     examples = Path(__file__).resolve().parents[3] / "resources" / "examples"
     graph, _ = load_with_history(str(examples / "bert_layer_base_train.onnx"),
                                  str(examples / "bert_layer_base_train.history.json"), [])

@@ -115,7 +115,7 @@ def test_the_bundled_example_after_its_recipe_is_the_same_both_ways(monkeypatch)
     from pathlib import Path
 
     from codegen.numpy_ref.feeds import feeds_for
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     examples = Path(__file__).resolve().parents[3] / "resources" / "examples"
     graph, _ = load_with_history(str(examples / "bert_layer_base_train.onnx"),
                                  str(examples / "bert_layer_base_train.history.json"), [])

@@ -100,7 +100,7 @@ def test_the_static_count_is_what_the_step_calls():
     from codegen.numba_cpu.runner import CompiledGraph
     from codegen.numpy_ref.feeds import feeds_for
     from codegen.program.traffic import traffic
-    from studio.export_cmd import load_with_history
+    from studio.session.exporting import load_with_history
     graph, _ = load_with_history(str(EXAMPLES / "bert_layer_base_train.onnx"),
                                  str(EXAMPLES / "bert_layer_base_train.history.json"), [])
     cg = CompiledGraph(graph)

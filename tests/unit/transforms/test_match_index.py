@@ -83,7 +83,7 @@ def test_a_sessions_index_is_derived_on_first_use_and_a_long_chain_is_rebuilt():
     apply); the first ``match_index()`` derives it, through the steps since the last one asked for, and it lists
     what a full re-match does. Past ``MAX_LAZY`` unasked steps a state builds its index afresh instead."""
     from studio.session import Session
-    from studio.session_states import MAX_LAZY, LazyIndex
+    from studio.session.states import MAX_LAZY, LazyIndex
     def an_expand(index):
         return next((t, m) for t, m in index.candidates() if t.name == "expand" and t.check(s.graph, m).ok)
     s = Session.open(EXAMPLE, autosave=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from studio.recipe import CNN, run_recipe, tune_one_layer
+from studio.session.recipe import CNN, run_recipe, tune_one_layer
 from studio.session import Session
 from transforms.layers import Family, equal_group, layer_of, layers, parse_key
 

@@ -87,7 +87,7 @@ def test_the_exported_program_is_the_same_and_runs_the_alias_as_a_view():
 def test_on_the_bundled_recipe_every_leftover_view_becomes_an_alias_and_replays(tmp_path):
     """The BERT layer after the bundled 514-step history: eight head Reshapes stay (−50.3 MB as aliases);
     the pass is recorded and replays to the same graph."""
-    from studio.recipe import Pass, run_pass
+    from studio.session.recipe import Pass, run_pass
     from studio.session import Session
     s = Session.open(EXAMPLES / "bert_layer_base_train.onnx", autosave=False)
     s.load_history(EXAMPLES / "bert_layer_base_train.history.json")
