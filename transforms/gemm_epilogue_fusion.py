@@ -39,8 +39,9 @@ from typing import ClassVar, Iterable, Iterator
 from ir import fused_ops
 from ir.graph import Graph
 from ir.nodes import MapNode, OpNode
-from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
-from transforms.fusion import FusionError, creates_cycle, drop_dead, fuse_epilogue, swap_kernels, touched
+from transforms.base import Match, MatchResult, Touched, fail, scope
+from transforms.fusion import creates_cycle, drop_dead, fuse_epilogue, swap_kernels, touched
+from transforms.planned import PlannedFusion
 from transforms.registry import register
 
 
@@ -83,28 +84,9 @@ def plan_epilogue(graph: Graph, match: Match, what: str) -> tuple[OpNode, MapNod
     return g, c
 
 
-def check_epilogue(graph: Graph, plan) -> MatchResult:
-    if isinstance(plan, MatchResult):
-        return plan
-    g, c = plan
-    try:
-        fuse_epilogue(graph, g, c, epilogue_id(g.id))
-    except FusionError as e:
-        return fail(str(e), g.id, c.id)
-    return OK
-
-
-def rewrite_epilogue(graph: Graph, plan, provenance: tuple[str, int], anchors) -> Touched:
-    g, c = plan
-    fused = fuse_epilogue(graph, g, c, epilogue_id(g.id))
-    swap_kernels(graph, (g.id, c.id), fused, provenance)
-    drop_dead(graph, g.output_names() + c.input_names())
-    return touched(anchors, fused.id)
-
-
 @register
 @dataclass(frozen=True)
-class GemmEpilogueFusion(Transformation):
+class GemmEpilogueFusion(PlannedFusion):
     name: ClassVar[str] = "gemm_epilogue_fusion"
     level: ClassVar[int] = 2
 
@@ -112,8 +94,15 @@ class GemmEpilogueFusion(Transformation):
         for g, c in contraction_edges(graph, within):
             yield self.match(g.id, c.id, label=f"epilogue {c.label} into {g.op_type} '{g.id}'")
 
-    def check(self, graph: Graph, match: Match) -> MatchResult:
-        return check_epilogue(graph, plan_epilogue(graph, match, self.name))
+    def _plan(self, graph: Graph, match: Match) -> tuple[OpNode, MapNode] | MatchResult:
+        return plan_epilogue(graph, match, self.name)
 
-    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        return rewrite_epilogue(graph, plan_epilogue(graph, match, self.name), (self.name, step), match.anchors)
+    def _build(self, graph: Graph, plan: tuple[OpNode, MapNode]) -> MapNode:
+        g, c = plan
+        return fuse_epilogue(graph, g, c, epilogue_id(g.id))
+
+    def _swap(self, graph: Graph, match: Match, step: int, plan, fused: MapNode) -> Touched:
+        g, c = plan
+        swap_kernels(graph, (g.id, c.id), fused, (self.name, step))
+        drop_dead(graph, g.output_names() + c.input_names())
+        return touched(match.anchors, fused.id)

@@ -43,10 +43,11 @@ from ir.containers import Role
 from ir.graph import Graph
 from ir.pacing import paced
 from ir.nodes import MapNode
-from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
+from transforms.base import Match, MatchResult, Touched, fail, scope
 from transforms.contractions import is_contraction
 from transforms.layouts import LayoutError, Perm, Transpose, inverse, is_identity, perm_after, permuted_shape, \
     relayout, transpose_of
+from transforms.planned import Planned
 from transforms.registry import register
 from transforms.rewiring import accessors, copy_node, drop_unused, refresh, rename, replace
 from transforms.scopes import accesses
@@ -124,7 +125,7 @@ def _anchored(graph: Graph, anchors: tuple[str, ...]) -> tuple[str, Transpose | 
 
 @register
 @dataclass(frozen=True)
-class LayoutSelect(Transformation):
+class LayoutSelect(Planned):
     name: ClassVar[str] = "layout_select"
     level: ClassVar[int] = 3
     perm: tuple[int, ...] = ()
@@ -209,12 +210,11 @@ class LayoutSelect(Transformation):
         for reader in graph.consumers(target):
             plan.nodes[reader.id] = rename(copy_node(plan.nodes.get(reader.id, reader)), target, plan.container)
 
-    def check(self, graph: Graph, match: Match) -> MatchResult:
+    def _prepared(self, graph: Graph, match: Match) -> Plan | MatchResult:
         prod = graph.nodes.get(match.anchors[0]) if match.anchors else None
         if self.contraction_only and prod is not None and not is_contraction(prod):
             return fail(f"'{prod.id}' is not a contraction (contraction_only)", prod.id)
-        plan = self._plan(graph, match)
-        return plan if isinstance(plan, MatchResult) else OK
+        return self._plan(graph, match)
 
     def affected(self, graph: Graph, match: Match) -> tuple[str, ...]:
         found = _anchored(graph, match.anchors)
@@ -227,8 +227,7 @@ class LayoutSelect(Transformation):
             near += [r.id for r in graph.consumers(t.target)] if t is not None and t.source == name else []
         return tuple(dict.fromkeys(near))
 
-    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        plan = self._plan(graph, match)
+    def _carry_out(self, graph: Graph, match: Match, step: int, plan: Plan) -> Touched:
         c = graph.container(plan.container)
         for ident in plan.removed:
             graph.remove_node(ident)

@@ -1,6 +1,6 @@
-"""Fusions that plan, then build: the check they share.
+"""Transformations that plan once: the check is the plan, and the rewrite carries it out (``Planned``).
 
-A planned fusion has ``_plan(graph, match)`` — cheap structural checks that return
+The eliminations, ``layout_select`` and ``gemm_epilogue_fusion`` plan; fusions plan, then build. A planned fusion has ``_plan(graph, match)`` — cheap structural checks that return
 the plan or ``fail(reason, *ids)`` naming the nodes — and ``_build(graph, plan)``,
 which builds the fused kernel off the graph or raises ``FusionError`` with the
 reason. ``prepare`` (and ``check``) is the plan plus a trial build, so a match is offered
@@ -13,31 +13,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from ir.errors import MatchFailure
 from ir.graph import Graph
 from ir.nodes import MapNode
-from transforms.base import OK, Match, MatchResult, Transformation, fail
+from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail
 from transforms.fusion import FusionError
 
 
-class PlannedFusion(Transformation):
-    """Base of map_fusion, reduction_fusion, horizontal_fusion and optimizer_fusion."""
+class Planned(Transformation):
+    """A transformation whose check is a plan that its rewrite carries out, planned once per applied match.
 
-    def _plan(self, graph: Graph, match: Match):
+    ``_prepared(graph, match)`` returns what the rewrite needs, or a failed ``MatchResult`` saying why the
+    match does not apply; ``_carry_out(graph, match, step, prepared)`` rewrites with it. ``prepare`` and
+    ``check`` are the plan; ``engine.apply`` hands the plan to ``rewrite_prepared`` on this same graph, and a
+    plain ``rewrite`` plans first."""
+
+    def _prepared(self, graph: Graph, match: Match) -> Any:
         raise NotImplementedError
 
-    def _build(self, graph: Graph, plan):
+    def _carry_out(self, graph: Graph, match: Match, step: int, prepared) -> Touched:
         raise NotImplementedError
 
     def prepare(self, graph: Graph, match: Match) -> tuple[MatchResult, Any]:
-        """The check and, when it passes, ``(plan, built kernel)`` for ``rewrite_prepared``."""
-        plan = self._plan(graph, match)
-        if isinstance(plan, MatchResult):
-            return plan, None
-        try:
-            built = self._build(graph, plan)
-        except FusionError as e:
-            return fail(str(e), *match.anchors), None
-        return OK, (plan, built)
+        found = self._prepared(graph, match)
+        return (found, None) if isinstance(found, MatchResult) else (OK, found)
 
     def check(self, graph: Graph, match: Match) -> MatchResult:
         return self.prepare(graph, match)[0]
@@ -46,11 +45,36 @@ class PlannedFusion(Transformation):
         return self.rewrite_prepared(graph, match, step, None)
 
     def rewrite_prepared(self, graph: Graph, match: Match, step: int, prepared: Any) -> Touched:
-        """Put the built kernel in place of the anchors (``prepared`` from ``prepare`` on this graph:
-        the kernel is not built again; None: plan and build now)."""
+        """Carry out ``prepared`` (from ``prepare`` on this graph), or a plan made now when it is None."""
         if prepared is None:
-            plan = self._plan(graph, match)
-            prepared = (plan, self._build(graph, plan))
+            prepared = self._prepared(graph, match)
+            if isinstance(prepared, MatchResult):
+                node = graph.nodes.get(prepared.nodes[0]) if prepared.nodes else None
+                raise MatchFailure(f"{self.name} does not apply: {prepared.reason}", node, graph)
+        return self._carry_out(graph, match, step, prepared)
+
+
+class PlannedFusion(Planned):
+    """Base of map_fusion, reduction_fusion, horizontal_fusion and optimizer_fusion: the plan is
+    ``(plan, built kernel)``, and ``_swap`` puts the kernel in place."""
+
+    def _plan(self, graph: Graph, match: Match):
+        raise NotImplementedError
+
+    def _build(self, graph: Graph, plan):
+        raise NotImplementedError
+
+    def _prepared(self, graph: Graph, match: Match):
+        """The check's plan and, when it passes, the kernel built from it (a failed build fails the check)."""
+        plan = self._plan(graph, match)
+        if isinstance(plan, MatchResult):
+            return plan
+        try:
+            return plan, self._build(graph, plan)
+        except FusionError as e:
+            return fail(str(e), *match.anchors)
+
+    def _carry_out(self, graph: Graph, match: Match, step: int, prepared) -> Touched:
         return self._swap(graph, match, step, *prepared)
 
     def _swap(self, graph: Graph, match: Match, step: int, plan, built) -> Touched:

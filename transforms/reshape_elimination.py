@@ -45,11 +45,13 @@ import numpy as np
 
 from ir.containers import Container, Role
 from ir.graph import Graph
+from ir.memory import VIEW_OPS
 from ir.memlet import Memlet
 from ir.nodes import MapNode, OpNode
-from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
+from transforms.base import Match, MatchResult, Touched, fail, scope
 from transforms.contractions import ContractionError, absorb_views, emit, is_contraction, spec_of
 from transforms.layouts import transpose_of
+from transforms.planned import Planned
 from transforms.registry import register
 from transforms.rewiring import RewireError, copy_node, drop_unused, refresh, reindex_map, rename, replace
 from transforms.views import View, reindex, view_of, view_reason
@@ -196,7 +198,7 @@ def _sibling_view(graph: Graph, name: str) -> View | None:
 
 @register
 @dataclass(frozen=True)
-class ReshapeElimination(Transformation):
+class ReshapeElimination(Planned):
     name: ClassVar[str] = "reshape_elimination"
     level: ClassVar[int] = 3
     side: str = "auto"
@@ -204,13 +206,12 @@ class ReshapeElimination(Transformation):
 
     def matches(self, graph: Graph, within: Iterable[str] | None = None) -> Iterator[Match]:
         for node in scope(graph, within):
-            if isinstance(node, OpNode) and not node.domain and node.op_type in ("Reshape", "Flatten", "Squeeze",
-                                                                                 "Unsqueeze", "Identity"):
+            if isinstance(node, OpNode) and not node.domain and node.op_type in VIEW_OPS:
                 yield self.match(node.id, label=f"alias {node.op_type} '{node.id}' (no copy)")
             elif isinstance(node, MapNode) and len(node.body) == 1 and view_of(graph, node) is not None:
                 yield self.match(node.id, label=f"alias copy map '{node.id}' (no copy)")
 
-    def _plan(self, graph: Graph, match: Match) -> Plan | MatchResult:
+    def _prepared(self, graph: Graph, match: Match) -> Plan | MatchResult:
         ident = match.anchors[0] if match.anchors else ""
         node = graph.nodes.get(ident)
         if node is None:
@@ -241,10 +242,6 @@ class ReshapeElimination(Transformation):
         gemm_reader = any(is_contraction(c) for c in graph.consumers(v.target))  # may absorb siblings
         return ["consumer", "producer"] if keep_pure or gemm_reader else ["producer", "consumer"]
 
-    def check(self, graph: Graph, match: Match) -> MatchResult:
-        plan = self._plan(graph, match)
-        return plan if isinstance(plan, MatchResult) else OK
-
     def affected(self, graph: Graph, match: Match) -> tuple[str, ...]:
         node = graph.nodes.get(match.anchors[0]) if match.anchors else None
         v = view_of(graph, node) if node is not None else None
@@ -257,8 +254,7 @@ class ReshapeElimination(Transformation):
             near += [p.id for p in graph.predecessors(c)]
         return tuple(dict.fromkeys(near))
 
-    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        plan = self._plan(graph, match)
+    def _carry_out(self, graph: Graph, match: Match, step: int, plan: Plan) -> Touched:
         for ident in plan.removed:
             graph.remove_node(ident)
         for name, value in plan.constants.items():

@@ -38,8 +38,9 @@ from typing import ClassVar, Iterable, Iterator
 from ir.containers import Role
 from ir.graph import Graph
 from ir.nodes import MapNode
-from transforms.base import OK, Match, MatchResult, Touched, Transformation, fail, scope
+from transforms.base import Match, MatchResult, Touched, fail, scope
 from transforms.layouts import LayoutError, Transpose, inverse, is_identity, perm_after, relayout, transpose_of
+from transforms.planned import Planned
 from transforms.registry import register
 from transforms.rewiring import copy_node, drop_unused, refresh, rename, replace
 
@@ -103,7 +104,7 @@ def _describe(t: Transpose) -> str:
 
 @register
 @dataclass(frozen=True)
-class TransposeElimination(Transformation):
+class TransposeElimination(Planned):
     name: ClassVar[str] = "transpose_elimination"
     level: ClassVar[int] = 3
     einsum: bool = True
@@ -114,7 +115,7 @@ class TransposeElimination(Transformation):
             if t is not None and not (isinstance(node, MapNode) and is_identity(t.perm)):  # a copy: a view
                 yield self.match(node.id, label=f"fold {_describe(t)} away")
 
-    def _plan(self, graph: Graph, match: Match) -> Plan | MatchResult:
+    def _prepared(self, graph: Graph, match: Match) -> Plan | MatchResult:
         ident = match.anchors[0] if match.anchors else ""
         node = graph.nodes.get(ident)
         if node is None:
@@ -131,10 +132,6 @@ class TransposeElimination(Transformation):
             return down
         return fail(f"{_describe(t)} folds into neither side: producer: {up}; consumers: {down}", ident)
 
-    def check(self, graph: Graph, match: Match) -> MatchResult:
-        plan = self._plan(graph, match)
-        return plan if isinstance(plan, MatchResult) else OK
-
     def affected(self, graph: Graph, match: Match) -> tuple[str, ...]:
         node = graph.nodes.get(match.anchors[0]) if match.anchors else None
         t = transpose_of(graph, node) if node is not None else None
@@ -148,8 +145,7 @@ class TransposeElimination(Transformation):
             near += [n.id for n in graph.consumers(inner.target)] if inner is not None else []
         return tuple(dict.fromkeys(near))
 
-    def rewrite(self, graph: Graph, match: Match, step: int) -> Touched:
-        plan = self._plan(graph, match)
+    def _carry_out(self, graph: Graph, match: Match, step: int, plan: Plan) -> Touched:
         for ident in plan.removed:
             graph.remove_node(ident)
         for new in plan.nodes.values():
