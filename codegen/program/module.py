@@ -34,16 +34,15 @@ from __future__ import annotations
 
 import re
 
-from codegen.program.buffers import Plan, plan
+from codegen.program.buffers import Plan
 from codegen.program.kernel import HALF_FLOATS
 from codegen.program.namespace import comment, literal
-from codegen.program.program import Alloc, Program, Statement
-from codegen.program.schedule import merged, units
-from codegen.program.shared_buffers import recorded_plan
+from codegen.program.program import Alloc, Program
+from codegen.program.module_plan import FunctionPlan, ModulePlan, plan_module
+from codegen.program.schedule import Schedule
 from codegen.program.training import training_table
 from codegen.program.wrap import WIDTH, wrap_text
 from ir import memory
-from ir.containers import Role
 from ir.memlet import Wcr
 
 EXPORT_IMPORTS = """import os
@@ -88,21 +87,6 @@ RUNTIME = {   # where Model comes from (codegen.program.runtime), the eval progr
 MODEL = "\n\nModel = _runtime.bind(globals())  # codegen.program.runtime: steps, state, checkpoints, ONNX\n"
 
 
-def free_after(statements: list[Statement], keep: set[str]) -> list[list[str]]:
-    """Per statement, the containers whose last use it is (outputs, inputs and weights kept)."""
-    last: dict[str, int] = {}
-    produced: set[str] = set()
-    for k, st in enumerate(statements):
-        for c in st.reads + st.writes:
-            last[c] = k
-        produced.update(st.writes)
-    out: list[list[str]] = [[] for _ in statements]
-    for c, k in last.items():
-        if c in produced and c not in keep:
-            out[k].append(c)
-    return out
-
-
 def alloc_line(prog: Program, a: Alloc, slots: Plan) -> str:
     var, shape, np_type = prog.var(a.container), literal(prog.shape(a.container)), prog.np_type(a.container)
     init = "" if a.kind == "empty" else f", {literal(a.kind)}" + (f", {fill_literal(prog, a)}" if a.wcr else "")
@@ -127,14 +111,6 @@ def _shared_note(slots: Plan, a: Alloc) -> str:
         return ""
     inplace = buf.inplace.get(a.container)
     return f"  # {comment(buf.name, 40)}" + (f", in place of {comment(inplace[1], 60)}" if inplace else "")
-
-
-def function_plan(prog: Program, statements: list[Statement], outputs: list[str]) -> Plan:
-    """The slots of one function: the recorded buffers it can honour, the rest greedily."""
-    recorded = recorded_plan(prog, statements, outputs)
-    result = plan(statements, outputs, prog.nbytes, recorded.buffers)
-    result.refused, result.covered = recorded.refused, recorded.covered
-    return result
 
 
 def ir_arena(graph) -> tuple[int, int]:
@@ -180,21 +156,21 @@ def _memory_constants(slots: Plan) -> str:
             f"SHARED_BUFFERS = {literal(shared)}\n")
 
 
-def _function(prog: Program, name: str, steps: list[list[Statement]], outputs: list[str], slots: Plan) -> list[str]:
+def _function(prog: Program, name: str, fplan: FunctionPlan, schedule: Schedule | None) -> list[str]:
     """``def name(W, B, R, <inputs>)``: the steps in order; a step of several statements (or, with a
     schedule, one grouped GEMM) allocates their outputs, then runs each part as a closure side by
     side (``L.parallel``)."""
     g = prog.graph
+    steps, outputs, slots = fplan.steps, fplan.outputs, fplan.slots
     index = {id(st): k for k, st in enumerate(prog.statements)}
-    split = prog.schedule.split if prog.schedule is not None else set()   # grouped GEMMs run member by member
+    split = schedule.split if schedule is not None else set()   # grouped GEMMs run member by member
     params = ", ".join(["W", "B", "R"] + [prog.var(c) for c in g.inputs])
     lines = [f"def {name}({params}):"]
     used = {c for step in steps for st in step for c in st.reads} | set(outputs)
     for c in g.values:
         if c in used and c not in g.inputs:
             lines.append(f"    {prog.var(c)} = W[{literal(prog.var(c))}]")
-    frees = free_after(merged(steps), set(outputs))
-    for step, free in zip(steps, frees):
+    for step, free in zip(steps, fplan.frees):
         for st in step:
             lines.append("    " + st.head)
             lines += ["    " + alloc_line(prog, a, slots) for a in st.allocs]
@@ -225,65 +201,47 @@ def none_lines(names: list[str], indent: str, width: int = WIDTH) -> list[str]:
     return lines + ([indent + " = ".join(current) + " = None"] if current else [])
 
 
-def forward_outputs(prog: Program) -> list[str]:
-    """Graph outputs that are neither gradients nor new parameters/state (the loss)."""
-    g = prog.graph
-    plain = [c for c in g.outputs if g.container(c).role in (Role.OUTPUT, Role.TRANSIENT)]
-    return plain or list(g.outputs)
-
-
-def _needed(prog: Program, outputs: list[str]) -> list[Statement]:
-    need, keep = set(outputs), []
-    for st in reversed(prog.statements):
-        if need & set(st.writes):
-            keep.append(st)
-            need.update(st.reads)
-    return list(reversed(keep))
-
-
 def updates(prog: Program) -> list[tuple[str, str]]:
     """(``p.new``, ``p``) for every output that replaces an input of the same name."""
     g = prog.graph
     return [(c, c[:-4]) for c in g.outputs if c.endswith(".new") and c[:-4] in g.inputs]
 
 
-def _schedule_text(prog: Program) -> str:
+def _schedule_text(prog: Program, sched: Schedule | None) -> str:
     """The schedule as data: a comment table and ``SCHEDULE`` (steps of statement node ids)."""
-    if prog.schedule is None:
+    if sched is None:
         return "SCHEDULE = ()  # one statement at a time, in order\n"
-    sched = prog.schedule
     steps = tuple(tuple(prog.statements[k].node_id for k in step) for step in sched.steps if len(step) > 1)
     return ("\n".join(sched.table(prog.statements)) + f"\nWORKERS = {sched.workers}\n"
             f"SCHEDULE = {literal(steps)}  # the steps that run statements side by side (node ids)\n")
 
 
 def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: str = "",
-                imports: str | None = None, predict: bool = False) -> str:
-    """The module (see the module docstring); ``header`` is a block of ``#`` lines, ``extra``
-    more functions (the profiler's instrumented step). ``mode="inprocess"`` takes its import
-    block from the backend's runner (``imports``: it binds ``L``, ``K``, ``EXTERN``);
-    ``mode="predict"`` is a package's eval program (``predict.py``: ``_step`` only, no ``Model``);
-    ``predict``: the package has one (``Model.forward`` runs it)."""
+                imports: str | None = None, predict: bool = False, plan: ModulePlan | None = None) -> str:
+    """The module (see the module docstring) of ``plan`` (``module_plan.plan_module``; default: the
+    program's, in order); ``header`` is a block of ``#`` lines, ``extra`` more functions (the profiler's
+    instrumented step). ``mode="inprocess"`` takes its import block from the backend's runner (``imports``:
+    it binds ``L``, ``K``, ``EXTERN``); ``mode="predict"`` is a package's eval program (``predict.py``:
+    ``_step`` only, no ``Model``); ``predict``: the package has one (``Model.forward`` runs it)."""
     g = prog.graph
     if mode == "inprocess" and imports is None:
         raise ValueError("an in-process module needs its backend's import block")
+    if plan is None:
+        plan = plan_module(prog, forward=mode != "predict")
     runtime = RUNTIME[mode][0]
     imports = imports + runtime if mode == "inprocess" else EXPORT_IMPORTS.format(runtime=runtime)
-    step_units = units(prog.statements, prog.schedule)
-    step_plan = function_plan(prog, merged(step_units), list(g.outputs))
+    step_plan = plan.step.slots
     parts = [f'"""{doc}"""\n' + header, imports,
              _interface(prog, step_plan), memory_comment(prog, step_plan) + _memory_constants(step_plan),
-             _schedule_text(prog), "\n".join(prog.tables) + ("\n" if prog.tables else ""),
-             "\n".join(_function(prog, "_step", step_units, list(g.outputs), step_plan)) + "\n"]
+             _schedule_text(prog, plan.schedule), "\n".join(prog.tables) + ("\n" if prog.tables else ""),
+             "\n".join(_function(prog, "_step", plan.step, plan.schedule)) + "\n"]
     if mode != "predict":
-        fwd = forward_outputs(prog)
-        fwd_units = units(prog.statements, prog.schedule, keep=_needed(prog, fwd))
-        fwd_plan = function_plan(prog, merged(fwd_units), fwd)
+        fwd, fwd_plan = plan.forward.outputs, plan.forward.slots
         parts[2] += (f"FORWARD_OUTPUTS = {literal(tuple(fwd))}\nUPDATES = {literal(tuple(updates(prog)))}\n"
                      f"TRAINING = {literal(training_table(g))}\n_FORWARD_SLOTS = {literal(tuple(fwd_plan.slots))}\n"
                      f"_FORWARD_OUT_SLOTS = {literal(tuple(fwd_plan.out_slots))}\n" + RUNTIME[mode][1] +
                      ("from . import predict as PREDICT\n" if predict else "PREDICT = None\n" if mode == "export" else ""))
-        parts.append("\n".join(_function(prog, "_forward", fwd_units, fwd, fwd_plan)) + "\n")
+        parts.append("\n".join(_function(prog, "_forward", plan.forward, plan.schedule)) + "\n")
     parts.append(extra)
     doc_line, rest = parts[0].split("\n", 1)
     parts[0] = doc_line + "\n" + wrap_text(rest)             # the docstring is one line of its own
@@ -321,4 +279,4 @@ def line_map(text: str) -> dict[int, str]:
     return out
 
 
-__all__ = ["forward_outputs", "function_plan", "line_map", "memory_comment", "module_text", "updates", "comment"]
+__all__ = ["line_map", "memory_comment", "module_text", "updates", "comment"]

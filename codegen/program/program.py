@@ -29,7 +29,6 @@ assembles the statements into a module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -72,7 +71,6 @@ class Program:
     temps: dict[str, Container] = field(default_factory=dict)   # statement-internal buffers (GEMM accumulators)
     kernels_may_alias: bool = False   # kernels stay correct when an output aliases an input (numba)
     panels: bool = False              # fused contractions run panel by panel (``panels``; the CPU backend)
-    schedule: Any = None              # a schedule.Schedule (steps run side by side), or None: in order
     decided: set[str] | None = None   # containers a choice depends on (``decisions.reaching``), once needed
 
     def var(self, container: str) -> str:

@@ -16,7 +16,8 @@ A selection is profiled as a graph of its own (``cutout``), instrumented the sam
 from __future__ import annotations
 
 from codegen.program.namespace import literal
-from codegen.program.module import alloc_line, free_after, function_plan
+from codegen.program.module import alloc_line
+from codegen.program.module_plan import free_after, function_plan
 from codegen.program.program import Alloc, Program
 
 

@@ -22,13 +22,15 @@ def exported():
     from codegen.export.package import header
     from codegen.numba_cpu.backend import program
     from codegen.program.module import module_text
+    from codegen.program.module_plan import plan_module
     from codegen.program.schedule import fork_join
     from studio.session.exporting import load_with_history
     graph, steps = load_with_history(str(MODEL), str(HISTORY), [])
     prog = program(graph)
-    prog.schedule = fork_join(prog, 2)                  # as export_package does
     head = header(graph, steps, "golden", HISTORY)
-    return prog, module_text(prog, mode="export", doc="The bundled example, exported (golden test).", header=head), graph
+    plan = plan_module(prog, fork_join(prog, 2))         # as export_package does
+    return prog, module_text(prog, mode="export", doc="The bundled example, exported (golden test).", header=head,
+                             plan=plan), graph
 
 
 def test_bundled_model_py(exported, update_golden):

@@ -17,7 +17,8 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
 from codegen.export.package import export_package, mismatches  # noqa: E402
 from codegen.numba_cpu import kernel_cache  # noqa: E402
-from codegen.program.module import function_plan, ir_arena  # noqa: E402
+from codegen.program.module import ir_arena  # noqa: E402
+from codegen.program.module_plan import function_plan  # noqa: E402
 from codegen.numba_cpu.backend import program as build_program  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from ir import memory  # noqa: E402

@@ -9,7 +9,7 @@ from onnx import helper
 from codegen.numpy_ref.executor import run as reference
 from codegen.numpy_ref.feeds import compare, feeds_for
 from codegen.program import schedule
-from codegen.program.module import function_plan
+from codegen.program.module_plan import function_plan
 from codegen.program.program import Statement
 from ir.onnx_import import import_proto
 from tests.unit.ir.onnx_models import model, vi
