@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from codegen.cupy_cuda.cuda_source import kernel_source
+from codegen.cupy_cuda.render import kernel_source
 from codegen.cupy_cuda.launch import CudaKernel, grid_blocks
 from codegen.program.backend import Backend
 from codegen.program.namespace import literal

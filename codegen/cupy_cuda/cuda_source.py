@@ -1,6 +1,6 @@
 """A top-level ``MapNode`` as one CUDA C kernel, printed from the same ``ir.expr`` trees.
 
-``kernel_source(map, graph, storage=None)`` returns a ``CudaKernel`` (the CPU backend's
+``render.kernel_source(map, graph, storage=None)`` returns a ``CudaKernel`` (the CPU backend's
 ``KernelSource`` plus a ``launch.Launch``) whose ``source`` is CUDA C: ``extern "C" __global__
 void k_<sha>(…)``. Row and column reductions (``reduction_pattern``) are printed as block
 kernels by ``reductions``; everything else by ``points_kernel`` here:
@@ -295,21 +295,6 @@ def _combine(wcr: str | None, old: str, new: str) -> str:
     if wcr in ("max", "min"):
         return f"dcs_{wcr}({old}, {new})"
     return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
-
-
-def kernel_source(m: MapNode, graph: Graph, *, storage: str | None = None, schedule: str = "auto") -> CudaKernel:
-    """The CUDA kernel of top-level map ``m`` (``UnsupportedMap`` when it has none).
-
-    ``schedule="auto"`` prints a row or column reduction as a block kernel (``reductions``)
-    when ``reduction_pattern`` finds one, else one thread per point; ``"points"`` forces the latter."""
-    if schedule not in ("auto", "points"):
-        raise ValueError(f"unknown schedule {schedule!r}; expected 'auto' or 'points'")
-    if schedule == "auto":
-        from codegen.cupy_cuda import reductions    # imports this module: resolved at call time
-        block = reductions.block_kernel(m, graph, storage=storage)
-        if block is not None:
-            return block
-    return points_kernel(m, graph, storage=storage)
 
 
 def points_kernel(m: MapNode, graph: Graph, *, storage: str | None = None) -> CudaKernel:

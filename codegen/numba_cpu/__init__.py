@@ -4,7 +4,8 @@ The program around the kernels is backend-neutral (``codegen.program``); this pa
 maps and runs the program on the CPU:
 
 - ``backend.py``     ``CPU`` (the ``Backend`` record) and ``program(graph)``: ``build_program`` with loop nests
-- ``loopnest.py``    a top-level map → one canonical ``@njit`` loop nest (``KernelSource``)
+- ``render.py``      a top-level map → one canonical ``@njit`` kernel (``KernelSource``), named by its hash
+- ``loopnest.py``    the loop nest's state and statements (locals, tasklets, wcr stores, hoisting)
 - ``schedules.py``   loop orders that follow memory (default, tiled transposes, columns, rows)
 - ``rowcache.py``    a row buffer for the value every sweep of a row recomputes (fused norms)
 - ``exprs.py``       tasklet expressions as typed numba scalar code (float32 stays float32)

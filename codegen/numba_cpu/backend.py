@@ -9,7 +9,7 @@ from pathlib import Path
 
 from codegen.numba_cpu import library
 from codegen.numba_cpu.kernel_cache import kernel_module
-from codegen.numba_cpu.loopnest import kernel_source
+from codegen.numba_cpu.render import kernel_source
 from codegen.program.backend import Backend, Render
 from codegen.program.namespace import literal
 from codegen.program.program import Program, build_program

@@ -27,7 +27,8 @@ from typing import Any, Iterable
 from codegen.numba_cpu import flush, halfbits
 from codegen.numba_cpu.exprs import IDIV_SOURCE
 from codegen.numba_cpu.fastmath import source_of
-from codegen.numba_cpu.loopnest import FASTMATH, KernelSource
+from codegen.numba_cpu.loopnest import FASTMATH
+from codegen.program.kernel import KernelSource
 
 HEADER = '''import math
 

@@ -29,21 +29,13 @@ the caller then keeps the reference for it (``UnsupportedMap``).
 """
 from __future__ import annotations
 
-import hashlib
-
-from codegen.numba_cpu import flush, halfbits
-from codegen.numba_cpu.exprs import ExprPrinter, UnsupportedExpr, literal
-from codegen.numba_cpu.fastmath import FORMS
-from codegen.program.kernel import (KernelSource, UnsupportedMap, accumulator_dtype,  # noqa: F401
-                                    check_loop_safe, first_wcr, kernel_locals, output_init, storage_dtype)
+from codegen.numba_cpu import halfbits
+from codegen.numba_cpu.exprs import ExprPrinter, literal
+from codegen.program.kernel import UnsupportedMap, accumulator_dtype, check_loop_safe, first_wcr, kernel_locals
 from ir import expr as E
 from ir.graph import Graph
-from ir.maps import trip_count
 from ir.memlet import Memlet, Range, Wcr
 from ir.nodes import MapNode, Tasklet
-
-PARALLEL_MIN_ITERS = 1 << 16
-"""A kernel runs its outermost loop with ``prange`` only from this many iterations on."""
 
 FASTMATH = ("nsz", "arcp", "contract", "afn", "reassoc")
 """LLVM fast-math flags of every kernel: reassociation lets sum reductions vectorize;
@@ -274,55 +266,3 @@ def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: ExprPrinter) 
     target = f"{nest.array(out.container)}[{_element(out, nest)}]"
     return f"{target} = {_combine(out.wcr, target, printer.cast(value, vdt, dt))}"
 
-
-# --- the kernel ---------------------------------------------------------------------------
-
-def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: bool = True) -> KernelSource:
-    """The canonical loop-nest kernel of top-level map ``m`` (``UnsupportedMap`` if none)."""
-    nest = Nest(m, graph, fast)
-    _collect_globals(nest)
-    nest.invariant = _invariant_reads(nest)
-    par = parallel and _parallel_safe(m, graph, nest)
-    from codegen.numba_cpu import schedules
-    try:
-        schedules.emit(nest, m, par)
-    except UnsupportedExpr as e:
-        raise UnsupportedMap(str(e)) from None
-    par = par and any("prange(" in line for line in nest.w.lines)   # a schedule may loop it inner or not at all
-    forms = bool(nest.helpers & set(FORMS))
-    if forms:                                     # fastmath forms: the opaque zero (see ZERO)
-        nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
-    nest.w.lines, chunked = flush.chunks(nest.w.lines, forms)   # each prange iteration flushes itself
-    flushes = forms and (not par or chunked)      # this thread only, or every chunk too (flush.py)
-    if flushes:
-        nest.helpers |= set(flush.HELPERS)
-    args = list(nest.arrays.values()) + [f"n{k}" for k in range(len(nest.extents))]
-    flags = "cache=True, nogil=True, error_model=\"numpy\", fastmath=_FM" + (
-        ", parallel=True" if par else "")
-    body = ["    " + line for line in nest.pre] + (flush.around_loops(nest.w.lines) if flushes else nest.w.lines)
-    text = "\n".join([f"@njit({flags})", f"def kernel({', '.join(args)}):", *body, ""])
-    name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    text = text.replace("def kernel(", f"def {name}(", 1)
-    init = {c: output_init(m, c, graph) for c in nest.written}
-    arg_types = tuple((storage_dtype(graph.container(c).dtype), len(graph.container(c).shape)) for c in nest.arrays)
-    return KernelSource(name, text, tuple(sorted(nest.helpers)), tuple(nest.arrays), tuple(nest.written),
-                        tuple(nest.extents), par, init, arg_types=arg_types)
-
-
-def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
-    """prange over the outermost param: every global write indexes it directly, and it pays
-    (the points of the map and of its nested sweeps, e.g. LayerNorm's rows × row length)."""
-    if not m.params or _work(m, graph) < PARALLEL_MIN_ITERS:
-        return False
-    outer = E.Var(m.params[0][0])
-    for node, _ in m.walk():
-        if isinstance(node, Tasklet) and node.output.container in nest.written:
-            if node.output.subset is None or outer not in node.output.subset:
-                return False
-    return trip_count(m.params[:1], graph.bindings) >= 2
-
-
-def _work(m: MapNode, graph: Graph) -> int:
-    """Points a map runs: its own params times (1 + the points of its nested maps)."""
-    nested = sum(_work(s, graph) for s in m.body if isinstance(s, MapNode))
-    return trip_count(m.params, graph.bindings) * max(1, nested)

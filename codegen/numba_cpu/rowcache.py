@@ -36,7 +36,8 @@ from ir import dtypes
 from ir import expr as E
 from ir.nodes import MapNode, Tasklet
 
-from codegen.numba_cpu.loopnest import Nest, declare_locals, first_wcr, identity_literal, tasklet_line
+from codegen.numba_cpu.loopnest import Nest, declare_locals, identity_literal, tasklet_line
+from codegen.program.kernel import first_wcr
 
 _HOLE = E.Var("·")
 CHUNK_ROWS = 64

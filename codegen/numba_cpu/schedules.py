@@ -36,8 +36,8 @@ from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
 from codegen.numba_cpu import rowcache
-from codegen.numba_cpu.loopnest import (Nest, accumulator_dtype, declare_locals, first_wcr, identity_literal,
-                                        kernel_locals, scope, tasklet_line)
+from codegen.numba_cpu.loopnest import Nest, declare_locals, identity_literal, scope, tasklet_line
+from codegen.program.kernel import accumulator_dtype, first_wcr, kernel_locals
 
 TILE = (32, 256)
 COLUMNS = 256

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
 from codegen.numba_cpu import kernel_cache, threads  # noqa: E402
-from codegen.numba_cpu.loopnest import kernel_source  # noqa: E402
+from codegen.numba_cpu.render import kernel_source  # noqa: E402
 from codegen.numba_cpu.microbench import triad_runner  # noqa: E402
 from codegen.numpy_ref.optimizer import adamw_step  # noqa: E402
 from codegen.numpy_ref.registry import lookup  # noqa: E402

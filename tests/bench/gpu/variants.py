@@ -71,7 +71,7 @@ def _arrays(cp, ks, graph, rng):
 
 def run(cp, graph_time, graph, out: Path) -> list[dict]:
     """Every variant of every row kernel of ``graph`` (lowered for codegen): µs and % of copy."""
-    from codegen.cupy_cuda.cuda_source import kernel_source
+    from codegen.cupy_cuda.render import kernel_source
     from ir.nodes import MapNode
     rng = np.random.default_rng(0)
     rows = []

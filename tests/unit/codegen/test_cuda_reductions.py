@@ -13,7 +13,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from codegen.cupy_cuda import reduction_pattern as RP
-from codegen.cupy_cuda.cuda_source import PRELUDE, kernel_source
+from codegen.cupy_cuda.cuda_source import PRELUDE
+from codegen.cupy_cuda.render import kernel_source
 from codegen.cupy_cuda.backend import kernel_module
 from codegen.cupy_cuda.launch import grid_blocks
 from codegen.program.prepare import lower_for_codegen

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
-from codegen.numba_cpu.loopnest import UnsupportedMap, kernel_source  # noqa: E402
+from codegen.numba_cpu.render import UnsupportedMap, kernel_source  # noqa: E402
 from codegen.numba_cpu.runner import CompiledGraph  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from codegen.numpy_ref.feeds import compare, feeds_for  # noqa: E402
@@ -385,13 +385,13 @@ def test_a_kernel_is_parallel_exactly_when_it_runs_a_prange(monkeypatch):
     compile, and the step's schedule would keep it from running beside another statement)."""
     from pathlib import Path
 
-    from codegen.numba_cpu import loopnest
+    from codegen.numba_cpu import render
     from codegen.numba_cpu.backend import program as cpu_program
     from studio.session.exporting import load_with_history
     examples = Path(__file__).resolve().parents[3] / "resources" / "examples"
     graph, _ = load_with_history(str(examples / "bert_layer_base_train.onnx"),
                                  str(examples / "bert_layer_base_train.history.json"), [])
-    monkeypatch.setattr(loopnest, "PARALLEL_MIN_ITERS", 1)          # every safe kernel asks for prange
+    monkeypatch.setattr(render, "PARALLEL_MIN_ITERS", 1)          # every safe kernel asks for prange
     kinds = [(ks.parallel, "prange(" in ks.source, "parallel=True" in ks.source)
              for ks in cpu_program(graph, parallel=True).kernels.values()]
     assert all(a == b == c for a, b, c in kinds), [k for k in kinds if len(set(k)) > 1]

@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
 from codegen.export.package import export_package  # noqa: E402
-from codegen.numba_cpu.loopnest import kernel_source  # noqa: E402
+from codegen.numba_cpu.render import kernel_source  # noqa: E402
 from codegen.program.module import ir_arena  # noqa: E402
 from codegen.program.module_plan import function_plan  # noqa: E402
 from codegen.numba_cpu.backend import program as cpu_program  # noqa: E402

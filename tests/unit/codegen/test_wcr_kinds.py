@@ -83,7 +83,7 @@ def test_cuda_renders_every_kind(kind, axis, tmp_path):
     reason = cuda_emulation.available()
     if reason:
         pytest.skip(reason)
-    from codegen.cupy_cuda.cuda_source import kernel_source
+    from codegen.cupy_cuda.render import kernel_source
     g = _reduce_graph(kind, axis)
     low, m, wcrs = _only_map(g)
     assert wcrs == {kind}
