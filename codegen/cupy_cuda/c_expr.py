@@ -16,7 +16,7 @@ C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat
            "int64": "long long", "int32": "int", "int16": "short", "int8": "signed char", "uint8": "unsigned char",
            "bool": "bool"}
 _FN = {"abs": "fabsf", "isnan": "isnan", "isinf": "isinf", "round": "rintf"}
-_BINARY = {"pow": "powf({a}, {b})", "max": "fmaxf({a}, {b})", "min": "fminf({a}, {b})", "and": "({a} && {b})",
+_BINARY = {"pow": "powf({a}, {b})", "max": "dcs_max<float>({a}, {b})", "min": "dcs_min<float>({a}, {b})", "and": "({a} && {b})",
            "or": "({a} || {b})", "xor": "({a} != {b})", "mod": "({a} % {b})", "fmod": "fmodf({a}, {b})",
            "floordiv": "({a} / {b})"}
 

@@ -20,8 +20,10 @@ kernels by ``reductions``; everything else by ``points_kernel`` here:
   stay float32, as ``mixed_precision`` requires).
 
 ``PRELUDE`` (shared by every kernel, so many compile as one unit) holds the NaN-propagating
-``dcs_max``/``dcs_min`` (as ``np.maximum``), ``dcs_op<OP>`` (OP: 0 sum, 1 prod, 2 max, 3 min) and
-the warp reduction ``dcs_warp<OP>`` (``__shfl_xor_sync`` butterfly, lane 0's result broadcast).
+``dcs_max``/``dcs_min`` (as ``np.maximum``: elementwise Max/Min and Relu print ``dcs_max<float>``, where
+``fmaxf`` would drop a NaN), ``dcs_op<OP>`` (OP: ``reduction_pattern.WCR_OP``, 0 sum, 1 prod, 2 max, 3 min),
+the warp reduction ``dcs_warp<OP>`` (``__shfl_xor_sync`` butterfly, lane 0's result broadcast) and
+``dcs_cas<OP>``, the compare-and-swap loop of a max, min or prod that threads share (by ``dcs_op``).
 
 Arrays are indexed with strides of their (C-contiguous) shapes, written into the
 text, so the text is specific to the sizes; the hash-derived name makes it unique.
@@ -32,6 +34,7 @@ import hashlib
 
 from codegen.cupy_cuda.c_expr import C_TYPES, to_cuda
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
+from codegen.cupy_cuda.reduction_pattern import WCR_OP
 from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals, output_init
 from ir import dtypes
 from ir import expr as E
@@ -69,11 +72,10 @@ template <int OP, int W, typename T> __device__ __forceinline__ T dcs_lanes(T v)
   for (int o = W / 2; o > 0; o >>= 1) v = dcs_op<OP>(v, __shfl_xor_sync(DCS_FULL_MASK, v, o));
   return __shfl_sync(DCS_FULL_MASK, v, 0, W);
 }
-__device__ float dcs_cas(float* addr, float v, int op) {
+template <int OP> __device__ float dcs_cas(float* addr, float v) {
   int* p = (int*)addr; int old = *p, seen;
-  do { seen = old; float cur = __int_as_float(seen);
-       float nxt = op == 0 ? fmaxf(cur, v) : op == 1 ? fminf(cur, v) : cur * v;
-       old = atomicCAS(p, seen, __float_as_int(nxt)); } while (seen != old);
+  do { seen = old;
+       old = atomicCAS(p, seen, __float_as_int(dcs_op<OP>(__int_as_float(seen), v))); } while (seen != old);
   return __int_as_float(old);
 }
 """
@@ -285,8 +287,7 @@ def _store(k: _Cuda, out: Memlet, value: str) -> str:
         raise UnsupportedMap(f"shared {out.wcr} reduction into {dt} '{out.container}'")
     if out.wcr == "sum":
         return f"atomicAdd(&{target}, ({C_TYPES[dt]})({value}));"
-    op = {"max": 0, "min": 1, "prod": 2}[out.wcr]
-    return f"dcs_cas(&{target}, (float)({value}), {op});"
+    return f"dcs_cas<{WCR_OP[out.wcr]}>(&{target}, (float)({value}));"
 
 
 def _combine(wcr: str | None, old: str, new: str) -> str:

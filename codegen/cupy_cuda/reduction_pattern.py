@@ -57,7 +57,7 @@ ROW_LANES = 16             # lanes per row in ``warp_rows`` where the rows fill 
 #                            5.2 µs with 32 lanes, 4.3 with 16, 6.0 with 8; its gradient 4.0, 3.8 and 4.1 µs
 ROWS_PER_THREAD = 16
 MIN_COLUMN = 64
-WCR_OP = {"sum": 0, "prod": 1, "max": 2, "min": 3}   # the template argument of dcs_op / dcs_warp
+WCR_OP = {"sum": 0, "prod": 1, "max": 2, "min": 3}   # the template argument of dcs_op, dcs_warp and dcs_cas
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,14 @@ IDIV_SOURCE = '''def _idiv(a, b):
 '''
 """C-style integer division (truncation toward zero), as the reference's ``div`` on ints."""
 
+COMBINE_SOURCES = {
+    "dcs_max": "def dcs_max(a, b):\n    return b if b > a or b != b else a\n",
+    "dcs_min": "def dcs_min(a, b):\n    return b if b < a or b != b else a\n",
+}
+"""Max and min, NaN-propagating as ``np.maximum``/``np.minimum`` (numba's ``max`` drops a NaN, as C's ``fmax``
+does): the CUDA prelude's ``dcs_max``/``dcs_min``. A combine passes the accumulator as ``a``: testing the new
+value for NaN, not the accumulator, keeps a row-max loop 1.15x the time of ``max`` (1.9x the other way)."""
+
 
 class UnsupportedExpr(ValueError):
     """An expression the CPU kernel printer cannot type or print."""
@@ -210,8 +218,9 @@ class ExprPrinter:
                 return f"({a} / {b})"
             self.helpers.add("_idiv")
             return f"_idiv({a}, {b})"
-        if op in ("max", "min"):
-            return f"{op}({a}, {b})"
+        if op in ("max", "min"):                  # NaN-propagating, as np.maximum (Python's max drops a NaN)
+            self.helpers.add(f"dcs_{op}")
+            return f"dcs_{op}({a}, {b})"
         if op in ("and", "or", "xor"):
             sym = {"and": "&", "or": "|", "xor": "^"}[op]
             return f"({self.cast(a, da, 'bool')} {sym} {self.cast(b, db, 'bool')})"

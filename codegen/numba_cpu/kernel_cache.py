@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from typing import Any, Iterable
 
 from codegen.numba_cpu import flush, halfbits
-from codegen.numba_cpu.exprs import IDIV_SOURCE
+from codegen.numba_cpu.exprs import COMBINE_SOURCES, IDIV_SOURCE
 from codegen.numba_cpu.fastmath import source_of
 from codegen.numba_cpu.loopnest import FASTMATH
 from codegen.program.kernel import KernelSource
@@ -56,8 +56,8 @@ def helper_source(name: str) -> str:
     MXCSR intrinsics of ``flush`` (their own text)."""
     if name in flush.HELPERS:
         return flush.source_of(name)
-    text = IDIV_SOURCE if name == "_idiv" else halfbits.source_of(name) if name in halfbits.HELPERS \
-        else source_of(name)
+    text = IDIV_SOURCE if name == "_idiv" else COMBINE_SOURCES.get(name) or (
+        halfbits.source_of(name) if name in halfbits.HELPERS else source_of(name))
     return '@njit(inline="always", cache=True, error_model="numpy", fastmath=_FM)\n' + text
 
 

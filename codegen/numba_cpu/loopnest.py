@@ -247,22 +247,24 @@ def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: ExprPrinter) -> 
     return E.Cast(_hoist(nest, e.a, invariant, printer), e.dtype)
 
 
-def _combine(wcr: str | None, old: str, new: str) -> str:
+def combine(nest: Nest, wcr: str | None, old: str, new: str) -> str:
+    """``new`` combined into ``old`` by ``wcr`` (max and min through the NaN-propagating helpers)."""
     if wcr is None:
         return new
     if wcr in ("max", "min"):
-        return f"{wcr}({old}, {new})"
+        nest.helpers.add(f"dcs_{wcr}")
+        return f"dcs_{wcr}({old}, {new})"
     return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
 
 
 def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: ExprPrinter) -> str:
     if out.container in nest.locals:
         name, dt = nest.locals[out.container]
-        return f"{name} = {_combine(out.wcr, name, printer.cast(value, vdt, dt))}"
+        return f"{name} = {combine(nest, out.wcr, name, printer.cast(value, vdt, dt))}"
     dt = nest.graph.container(out.container).dtype
     if out.wcr is not None and dt in halfbits.STORE:
         raise UnsupportedMap(f"'{out.container}' ({dt}) is accumulated into (wcr {out.wcr}): accumulate in "
                              "float32 (mixed_precision refuses this) or run it with the reference executor")
     target = f"{nest.array(out.container)}[{_element(out, nest)}]"
-    return f"{target} = {_combine(out.wcr, target, printer.cast(value, vdt, dt))}"
+    return f"{target} = {combine(nest, out.wcr, target, printer.cast(value, vdt, dt))}"
 

@@ -36,7 +36,7 @@ from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
 from codegen.numba_cpu import rowcache
-from codegen.numba_cpu.loopnest import Nest, declare_locals, identity_literal, scope, tasklet_line
+from codegen.numba_cpu.loopnest import Nest, combine, declare_locals, identity_literal, scope, tasklet_line
 from codegen.program.kernel import accumulator_dtype, first_wcr, kernel_locals
 
 TILE = (32, 256)
@@ -276,8 +276,7 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
         else:
             nest.locals[c] = before
         new = f"{part}[ck, {qv}]"
-        value = {"max": f"max({name}, {new})", "min": f"min({name}, {new})",
-                 "prod": f"{name} * {new}"}.get(acc[c], f"{name} + {new}")
+        value = combine(nest, acc[c], name, new)
         nest.w.line(f"for ck in range({nch}):")
         nest.w.line(f"    for {qv} in range({nq}):")
         nest.w.line(f"        {name} = {value}")

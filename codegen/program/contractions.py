@@ -23,6 +23,22 @@ from ir.nodes import OpNode
 from ir.statements import StatementKind
 
 
+GEMM_KEYWORDS = (("alpha", "alpha", 1.0), ("beta", "beta", 1.0), ("transA", "trans_a", 0), ("transB", "trans_b", 0))
+FUSED_MATMUL_KEYWORDS = (("alpha", "alpha", 1.0), ("transA", "trans_a", 0), ("transB", "trans_b", 0),
+                         ("transBatchA", "trans_batch_a", 0), ("transBatchB", "trans_batch_b", 0))
+"""(ONNX attribute, the library's keyword, its default) of the library's contraction calls."""
+
+
+def _keywords(attrs: dict, table) -> str:
+    """``name=value, `` for each attribute that differs from the library's default (``trans_b=1, ``)."""
+    out = ""
+    for attr, name, default in table:
+        value = type(default)(attrs.get(attr, default))
+        if value != default:
+            out += f"{name}={literal(value)}, "
+    return out
+
+
 def blas_call(node: OpNode, ins: list[str], out: str) -> str | None:
     """The BLAS call of a plain contraction writing into ``out``, or None."""
     dom, op, a = canonical_domain(node.domain), node.op_type, node.attrs
@@ -30,11 +46,9 @@ def blas_call(node: OpNode, ins: list[str], out: str) -> str | None:
         return f"L.matmul({ins[0]}, {ins[1]}, out={out})"
     if dom == "" and op == "Gemm":
         c = ins[2] if len(ins) > 2 else "None"
-        return (f"L.gemm({ins[0]}, {ins[1]}, {c}, {literal(float(a.get('alpha', 1.0)))}, "
-                f"{literal(float(a.get('beta', 1.0)))}, {int(a.get('transA', 0))}, {int(a.get('transB', 0))}, out={out})")
+        return f"L.gemm({ins[0]}, {ins[1]}, {c}, {_keywords(a, GEMM_KEYWORDS)}out={out})"
     if dom == "com.microsoft" and op == "FusedMatMul":
-        flags = ", ".join(str(int(a.get(k, 0))) for k in ("transA", "transB", "transBatchA", "transBatchB"))
-        return f"L.fused_matmul({ins[0]}, {ins[1]}, {literal(float(a.get('alpha', 1.0)))}, {flags}, out={out})"
+        return f"L.fused_matmul({ins[0]}, {ins[1]}, {_keywords(a, FUSED_MATMUL_KEYWORDS)}out={out})"
     if dom == "" and op == "Einsum" and len(ins) == 2 and "..." not in str(a.get("equation", "")):
         return f"L.einsum({literal(str(a['equation']))}, {ins[0]}, {ins[1]}, out={out})"
     return None

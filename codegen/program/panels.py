@@ -6,7 +6,7 @@ leaving the chip. With panels (a backend's ``Backend.panels``; the CPU's), the s
 over slices of one axis of the product::
 
     for lo in L.panels(3072, 1024):
-        L.fused_matmul(x, w[lo:lo + 1024], 1.0, 0, 1, 0, 0, out=acc)   # one panel of the product
+        L.fused_matmul(x, w[lo:lo + 1024], trans_b=1, out=acc)   # one panel of the product
         K.k_…(acc, bias, y, …, lo, lo + 1, 8, 128, 1024, 0)            # its epilogue, while it is in cache
 
 The cache model (the one "bytes as exported" counts with, ``codegen.program.traffic``):

@@ -95,3 +95,53 @@ def test_cuda_renders_every_kind(kind, axis, tmp_path):
         arrays[c] = np.full(shape, kind.identity("float32") if init.kind == "full" else 0, np.float32)
     got = cuda_emulation.emulate(ks, arrays, tmp_path)["y"]
     np.testing.assert_allclose(got, reference(g, _feeds())["y"], rtol=2e-6)
+
+
+def _nan_feeds(where: str):
+    """Every row and every column holds a NaN: at its first, middle or last element (the order a combine sees
+    it in decides whether a combine that is not NaN-propagating drops it)."""
+    x = _feeds()["x"]
+    r, c = {"first": (0, 0), "middle": (ROWS // 2, COLS // 2), "last": (ROWS - 1, COLS - 1)}[where]
+    x[r, :] = np.nan
+    x[:, c] = np.nan
+    return {"x": x}
+
+
+NAN_CASES = [(k, axis, where) for k in (Wcr.MAX, Wcr.MIN) for axis in (1, 0) for where in ("first", "middle", "last")]
+
+
+@pytest.mark.parametrize(("kind", "axis", "where"), NAN_CASES)
+def test_numba_max_and_min_propagate_nan_as_numpy(kind, axis, where):
+    """``np.maximum``/``np.minimum`` (the reference) give NaN for any NaN they see; so must a kernel."""
+    pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+    from codegen.numba_cpu.runner import CompiledGraph
+    g = _reduce_graph(kind, axis)
+    want = reference(g, _nan_feeds(where))["y"]
+    assert np.isnan(want).all()
+    np.testing.assert_array_equal(CompiledGraph(g).run(_nan_feeds(where))["y"], want)
+
+
+@pytest.mark.parametrize("schedule", ["auto", "points", "shared"])
+@pytest.mark.parametrize(("kind", "axis", "where"), NAN_CASES)
+def test_cuda_max_and_min_propagate_nan_as_numpy(kind, axis, where, schedule, tmp_path):
+    """The block kernels (``dcs_op``), a thread's own accumulator (``dcs_max``) and, with the reduction's
+    loop flattened into the map's points (``shared``), an accumulator the threads share (``dcs_cas``), run
+    in the host emulation; every kernel text also compiles under NVRTC (``test_cuda_compile``)."""
+    reason = cuda_emulation.available()
+    if reason:
+        pytest.skip(reason)
+    from codegen.cupy_cuda.render import kernel_source
+    g = _reduce_graph(kind, axis)
+    low, m, _ = _only_map(g)
+    if schedule == "shared":
+        inner = m.body[0]
+        m.params, m.body = list(m.params) + list(inner.params), list(inner.body)
+    ks = kernel_source(m, low, schedule="auto" if schedule == "auto" else "points")
+    assert (schedule == "shared") == ("dcs_cas<" in ks.source[ks.source.index("extern"):])
+    feeds = _nan_feeds(where)
+    arrays = {c: feeds[c] for c in ks.arrays if c not in ks.outputs}
+    for c in ks.outputs:
+        shape = low.container(c).concrete_shape(low.bindings)
+        arrays[c] = np.full(shape, kind.identity("float32") if ks.init[c].kind == "full" else 0, np.float32)
+    got = cuda_emulation.emulate(ks, arrays, tmp_path)["y"]
+    np.testing.assert_array_equal(got, reference(g, feeds)["y"])
