@@ -1,4 +1,3 @@
-"""The headless studio: Session (session.py), the `dcstudio` CLI (cli.py), history and report I/O; Qt lives only in studio/gui/.
-
-session_marker.py: the "model is open" marker beside the autosave (crash detection for the GUI's restore offer).
-"""
+"""The studio: ``session`` (the headless Session, its recipes, reports and exports), ``cli`` (the `dcstudio`
+command, one module per command), ``tune`` (the pass-sequence search) and ``text`` (figures and arguments both
+share); Qt lives only in ``studio/gui/``."""

@@ -6,7 +6,7 @@ schedule one coalesced ``refresh`` (view, data movement, properties, find), and
 ``QtRanker`` fills the Transformations dock off the GUI thread. Opening a
 model (and replaying a history or an autosave) is a background task too; its result
 replaces the session; a forward model first gets the offer to generate its training step.
-A marker beside the autosave (``session_marker``) lives while a session is shown, so an
+A marker beside the autosave (``studio.session.marker``) lives while a session is shown, so an
 autosave is offered back only after a crash. Errors arrive as non-modal dialogs naming the
 node or step.
 """

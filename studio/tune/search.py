@@ -111,7 +111,7 @@ def search(model: ModelRef, *, evaluator, db: ResultsDB | None = None, objective
     hand recipe as exported CPU steps (``measure_pair``, as timing tasks of the evaluator), and
     ``TuneResult.chosen`` is the fastest measured, or the recipe when none beats it by more than
     half the spread of its paired ratios. ``cutouts`` (time objective): before that, the hand recipe and
-    that many of the best candidates are priced by their kernels' measured times (``tune_kernels``), and
+    that many of the best candidates are priced by their kernels' measured times (``studio.tune.kernels``), and
     the finalists are the cheapest of them by that price instead of by the roofline, leaving out any
     priced above the recipe by more than ``CUTOUT_SLACK``. ``backend="cuda"``: the finalists are timed as
     exported CUDA steps on this machine's GPU instead (``studio.tune.gpu``; pass the GPU's ``peaks`` for
