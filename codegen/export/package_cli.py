@@ -14,7 +14,6 @@ It needs NumPy only (``rich``, when installed, draws the training progress):
 """
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
@@ -119,6 +118,35 @@ class _Progress:
             self.bar.stop()
 
 
+class _StopRequest:
+    """Ctrl-C during ``train`` asks the loop to stop after the step (and checkpoint) it is in: a
+    KeyboardInterrupt raised inside a checkpoint's ``np.savez`` or a side-by-side step would leave a ZIP
+    half-closed or a worker running. A second Ctrl-C interrupts at once. Outside the main thread (no
+    signals there) nothing is installed."""
+
+    def __init__(self):
+        self.requested, self._previous = False, None
+
+    def __enter__(self):
+        import signal
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        import signal
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __exit__(self, *exc):
+        import signal
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
+
+
 def train(Model, args, names, shapes):
     model = Model(threads=args.threads, recycle_outputs=True, seed=args.seed)
     os.makedirs(args.checkpoint, exist_ok=True)
@@ -133,20 +161,22 @@ def train(Model, args, names, shapes):
     progress = _Progress(args.steps, first - 1)
     loss, done = float("nan"), 0
     try:
-        while model.step_count <= args.steps:
-            out = model.train_step(**batch(model.step_count - 1))
-            loss, done = float(_host(out[args.loss_output])), done + 1
-            progress.update(model.step_count - 1, loss, done)
-            if args.every and (model.step_count - 1) % args.every == 0:
-                model.save(last)
-    except KeyboardInterrupt:
-        progress.stop()
-        model.save(last)
+        with _StopRequest() as stop:
+            while model.step_count <= args.steps and not stop.requested:
+                out = model.train_step(**batch(model.step_count - 1))
+                loss, done = float(_host(out[args.loss_output])), done + 1
+                progress.update(model.step_count - 1, loss, done)
+                if args.every and (model.step_count - 1) % args.every == 0:
+                    model.save(last)
+        interrupted = stop.requested
+    except KeyboardInterrupt:           # the second Ctrl-C
+        interrupted = True
+    progress.stop()
+    model.save(last)
+    if interrupted:
         print(f"interrupted after step {model.step_count - 1}: checkpoint saved to {last} "
               "(continue with --resume)")
         return 130
-    progress.stop()
-    model.save(last)
     rate = done / max(time.perf_counter() - progress.t0, 1e-9)
     print(f"trained steps {first}-{model.step_count - 1}: last loss {loss:.6g}, {rate:.2f} steps/s; "
           f"checkpoint {last}")
