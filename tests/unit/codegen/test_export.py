@@ -28,9 +28,9 @@ from transforms.registry import create  # noqa: E402
 STDLIB_OK = {"argparse", "os", "sys", "time", "math", "importlib", "__future__", "typing", "dataclasses",
              "itertools", "functools", "collections", "operator", "cmath", "numpy", "numba", "ml_dtypes",
              "threadpoolctl", "concurrent", "threading", "platform", "llvmlite",
-             "ctypes", "warnings", "json", "tempfile", "types", "rich"}
+             "ctypes", "warnings", "json", "tempfile", "types", "rich", "signal"}
 # threadpoolctl optional (_lib.set_threads); ctypes: quiet_blas; warnings: SPINNING; json, tempfile, types: the
-# runtime's checkpoints; rich optional (_cli.py's training progress, plain lines without it)
+# runtime's checkpoints; rich optional (_cli.py's training progress, plain lines without it); signal: _cli.py's Ctrl-C
 
 
 # --- namespace -------------------------------------------------------------------------------
