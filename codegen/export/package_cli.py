@@ -14,6 +14,7 @@ It needs NumPy only (``rich``, when installed, draws the training progress):
 """
 import argparse
 import os
+import signal
 import time
 
 import numpy as np
@@ -128,7 +129,6 @@ class _StopRequest:
         self.requested, self._previous = False, None
 
     def __enter__(self):
-        import signal
         try:
             self._previous = signal.signal(signal.SIGINT, self._handle)
         except ValueError:
@@ -136,12 +136,10 @@ class _StopRequest:
         return self
 
     def _handle(self, signum, frame):
-        import signal
         self.requested = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def __exit__(self, *exc):
-        import signal
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
         return False
