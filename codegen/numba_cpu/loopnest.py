@@ -30,7 +30,7 @@ the caller then keeps the reference for it (``UnsupportedMap``).
 from __future__ import annotations
 
 from codegen.numba_cpu import halfbits
-from codegen.numba_cpu.exprs import ExprPrinter, literal
+from codegen.numba_cpu.exprs import ExprPrinter, literal, max_min
 from codegen.program.kernel import UnsupportedMap, accumulator_dtype, check_loop_safe, first_wcr, kernel_locals
 from ir import expr as E
 from ir.graph import Graph
@@ -252,8 +252,7 @@ def combine(nest: Nest, wcr: str | None, old: str, new: str) -> str:
     if wcr is None:
         return new
     if wcr in ("max", "min"):
-        nest.helpers.add(f"dcs_{wcr}")
-        return f"dcs_{wcr}({old}, {new})"
+        return max_min(nest.helpers, wcr, old, new)
     return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
 
 
