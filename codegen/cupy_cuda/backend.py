@@ -3,8 +3,8 @@
 The package has the CPU package's layout and the same ``model.py`` (the program text
 is backend-neutral, see ``codegen.program.module``), with:
 
-- ``kernels/k_<sha>.py``: the CUDA C text of one kernel (``cuda_source``) and a
-  launcher ``k_<sha>(arrays…, extents…)`` that compiles it once through
+- ``kernels/k_<what>_<sha>.py``: the CUDA C text of one kernel (``cuda_source``) and a
+  launcher ``k_<what>_<sha>(arrays…, extents…)`` that compiles it once through
   ``cupy.RawKernel`` and launches it with the kernel's ``Launch`` record: its block shape,
   and the grid computed from the extents by a verbatim copy of ``launch.grid_blocks``
   (one thread per point, 256 per block; a block or warp per row; 32 columns per block);
@@ -70,7 +70,7 @@ def kernel_module(ks: CudaKernel) -> str:
 
 
 def kernels_init(names: list[str]) -> str:
-    return ('"""The CUDA kernels of model.py, one module per kernel (named by the hash of its text)."""\n'
+    return ('"""The CUDA kernels of model.py, one module per kernel (named after what it fuses and the hash of its text)."""\n'
             + "".join(f"from .{n} import {n}  # noqa: F401\n" for n in names))
 
 

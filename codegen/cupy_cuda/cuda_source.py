@@ -2,7 +2,7 @@
 
 ``render.kernel_source(map, graph, storage=None)`` returns a ``CudaKernel`` (the CPU backend's
 ``KernelSource`` plus a ``launch.Launch``) whose ``source`` is CUDA C: ``extern "C" __global__
-void k_<sha>(…)``. Row and column reductions (``reduction_pattern``) are printed as block
+void k_<what>_<sha>(…)``. Row and column reductions (``reduction_pattern``) are printed as block
 kernels by ``reductions``; everything else by ``points_kernel`` here:
 
 - One thread per point of the map's own parameters (flattened, ``extents`` = their
@@ -30,12 +30,10 @@ text, so the text is specific to the sizes; the hash-derived name makes it uniqu
 """
 from __future__ import annotations
 
-import hashlib
-
 from codegen.cupy_cuda.c_expr import C_TYPES, to_cuda
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
 from codegen.cupy_cuda.reduction_pattern import WCR_OP
-from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals, output_init
+from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals, kernel_name, output_init
 from ir import dtypes
 from ir import expr as E
 from ir.graph import Graph
@@ -314,13 +312,13 @@ def points_kernel(m: MapNode, graph: Graph, *, storage: str | None = None) -> Cu
 
 def finish(k: _Cuda, body: str, bounds: str, how: Launch, module_globals: str = "",
            threads: int | None = None) -> CudaKernel:
-    """The kernel record: PRELUDE (+ module-scope device variables) + signature + body, named by the
-    hash of its text."""
+    """The kernel record: PRELUDE (+ module-scope device variables) + signature + body, named after what it
+    fuses and the hash of its text (``kernel_name``)."""
     sig = _signature(k, "KERNEL")
     if bounds:
         sig = sig.replace(" void KERNEL(", f" void {bounds} KERNEL(", 1)
     text = PRELUDE + "\n" + module_globals + sig + " {\n" + body + "\n}\n"
-    name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    name = kernel_name(k.m.label, text)
     text = text.replace(" KERNEL(", f" {name}(", 1).replace("KERNEL_", f"{name}_")   # module-scope names
     init = {c: output_init(k.m, c, k.graph) for c in k.written}
     dtypes = {c: k.dtype(c) for c in k.arrays}

@@ -10,7 +10,7 @@ Layout of ``DIR`` (its name is the package name, so ``cd parent && python -m DIR
     DIR/model.py        the program: header, memory plan (ARENA_BYTES, SLOT_OF, SHARED_BUFFERS and a
                         comment block: the honoured memory_reuse buffers, the fallbacks and why),
                         one statement per kernel, Model (``codegen.program.module``)
-    DIR/kernels/        the numba loop-nest kernels, one module ``k_<sha>.py`` each (with the
+    DIR/kernels/        the numba loop-nest kernels, one module ``k_<what>_<sha>.py`` each (with the
                         fastmath helpers it calls), byte-identical to dcstudio's kernel cache
     DIR/_lib.py         BLAS calls and buffers (a copy of the backend's library, ``codegen/numba_cpu/library.py``)
     DIR/convolution.py  the library's parts, copied under their own names (CPU: the convolution kernels)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen.numba_cpu import library
+from codegen.numba_cpu import flush, library
 from codegen.numba_cpu.kernel_cache import kernel_module
 from codegen.numba_cpu.render import kernel_source
 from codegen.program.backend import Backend, Render
@@ -15,16 +15,20 @@ from codegen.program.namespace import literal
 from codegen.program.program import Program, build_program
 from ir.graph import Graph
 
-KERNELS_INIT = '''"""The numba kernels of model.py, one module per kernel (named by the hash of its text).
+KERNELS_INIT = '''"""The numba kernels of model.py, one module per kernel (named after what it fuses and the hash of its text).
 
 Each is imported under the canonical name ``dcstudio_kernel_<name>`` — the name dcstudio's
-kernel cache uses — so numba's cached machine code is valid wherever the file lives.
+kernel cache uses — so numba's cached machine code is valid wherever the file lives. Kernels that
+flush subnormals import the intrinsics of ``ftz.py`` (beside ``_lib.py``) under a canonical name too.
 """
 import importlib.util
 import os
 import sys
 
+from .. import ftz as _ftz
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
+sys.modules.setdefault({ftz_module}, _ftz)   # the flush intrinsics, under the name kernels import them by
 
 
 def _load(name):
@@ -42,7 +46,8 @@ def _load(name):
 
 
 def kernels_init(names: list[str]) -> str:
-    return KERNELS_INIT + "".join(f"{name} = _load({literal(name)})\n" for name in names)
+    head = KERNELS_INIT.replace("{ftz_module}", literal(flush.MODULE))
+    return head + "".join(f"{name} = _load({literal(name)})\n" for name in names)
 
 
 def renderer(parallel: bool = False, fast: bool = True) -> Render:
@@ -52,7 +57,7 @@ def renderer(parallel: bool = False, fast: bool = True) -> Render:
 
 CPU = Backend("cpu", "NumPy + numba", renderer, kernel_module, kernels_init, Path(library.__file__),
               kernels_may_alias=True, panels=True, library_parts=tuple(Path(library.__file__).with_name(f"{part}.py")
-                                                          for part in ("convolution", "pooling", "cores")))
+                                                          for part in ("convolution", "pooling", "cores", "ftz")))
 
 
 def program(graph: Graph, *, parallel: bool = False, fast: bool = True, lowered: bool = False) -> Program:

@@ -9,9 +9,9 @@ exit (``_ftz_off``), so only that kernel, on that thread, flushes: results below
 0, an absolute error ≤ 1.2e-38 (the bound ``fast_exp`` already states for them). NumPy, BLAS and
 every other kernel keep IEEE subnormals.
 
-The helpers are numba intrinsics (``llvm.x86.sse.stmxcsr``/``ldmxcsr``); ``SOURCE`` is copied
-into kernel modules like the fastmath forms and decides when the module is imported whether the
-machine is x86-64 (elsewhere they do nothing), so an exported package runs anywhere. They wrap
+The helpers are numba intrinsics (``llvm.x86.sse.stmxcsr``/``ldmxcsr``) in one module, ``ftz.py``,
+which kernel modules import (``IMPORT``) and which decides when it is imported whether the machine
+is x86-64 (elsewhere they do nothing), so an exported package runs anywhere. They wrap
 the kernel's loops only (``around_loops``): buffer allocations before them may raise, and then
 nothing was changed. A ``prange`` kernel does not flush: OpenMP workers would inherit the bits
 for good, and chunks would round differently depending on the thread that ran them — unless every
@@ -23,50 +23,23 @@ flushes, on whichever thread, and no worker keeps the bits. An iteration of a si
 """
 from __future__ import annotations
 
+import hashlib
+import sys
+from pathlib import Path
+
 HELPERS = ("_ftz_on", "_ftz_off")
-
-SOURCE = '''import platform as _platform
-
-from llvmlite import ir as _ir
-from numba import types as _types
-from numba.extending import intrinsic as _intrinsic
-
-_MXCSR_FTZ_DAZ = 0x8040 if _platform.machine().lower() in ("x86_64", "amd64") else 0
+FILE = Path(__file__).with_name("ftz.py")
+"""The intrinsics' one module (``codegen/numba_cpu/ftz.py``; ``ftz.py`` in an exported package)."""
+MODULE = "dcstudio_ftz_" + hashlib.sha256(FILE.read_bytes()).hexdigest()[:12]
+"""The name kernel modules import the intrinsics under (registered by ``install``)."""
+IMPORT = f"from {MODULE} import _ftz_off, _ftz_on"
 
 
-def _mxcsr(builder, name, slot):
-    fnty = _ir.FunctionType(_ir.VoidType(), [_ir.PointerType(_ir.IntType(8))])
-    fn = builder.module.declare_intrinsic("llvm.x86.sse." + name, fnty=fnty)
-    builder.call(fn, [builder.bitcast(slot, _ir.PointerType(_ir.IntType(8)))])
-
-
-@_intrinsic
-def _ftz_on(typingctx):
-    """Set MXCSR's flush-to-zero and denormals-are-zero bits; return the old MXCSR."""
-    def codegen(context, builder, signature, args):
-        i32 = _ir.IntType(32)
-        if not _MXCSR_FTZ_DAZ:
-            return _ir.Constant(i32, 0)
-        slot = builder.alloca(i32)
-        _mxcsr(builder, "stmxcsr", slot)
-        old = builder.load(slot)
-        builder.store(builder.or_(old, _ir.Constant(i32, _MXCSR_FTZ_DAZ)), slot)
-        _mxcsr(builder, "ldmxcsr", slot)
-        return old
-    return _types.int32(), codegen
-
-
-@_intrinsic
-def _ftz_off(typingctx, old):
-    """Restore MXCSR as ``_ftz_on`` found it."""
-    def codegen(context, builder, signature, args):
-        if _MXCSR_FTZ_DAZ:
-            slot = builder.alloca(_ir.IntType(32))
-            builder.store(args[0], slot)
-            _mxcsr(builder, "ldmxcsr", slot)
-        return context.get_dummy_value()
-    return _types.void(_types.int32), codegen
-'''
+def install() -> None:
+    """Register dcstudio's ``ftz`` module as ``MODULE``, so cached kernel modules can import it."""
+    if MODULE not in sys.modules:
+        from codegen.numba_cpu import ftz
+        sys.modules[MODULE] = ftz
 
 
 def around_loops(lines: list[str]) -> list[str]:
@@ -96,10 +69,3 @@ def chunks(lines: list[str], forms: bool) -> tuple[list[str], bool]:
         while ends and ends[-1][0] == k:
             out.append(ends.pop()[1] + "_ftz_off(mxc)")
     return out, len(out) > len(lines)
-
-
-def source_of(name: str) -> str:
-    """The helper text both intrinsics live in (emitted once for either name)."""
-    if name not in HELPERS:
-        raise KeyError(name)
-    return SOURCE

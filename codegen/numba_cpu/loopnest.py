@@ -4,8 +4,9 @@
 function plus how to call it. The text is *canonical* — arrays are ``a0, a1, …`` (the
 global containers in order of first access), loop extents are ``n0, n1, …`` arguments,
 parameters ``p0, …``, locals ``t0, …``, hoisted values ``h0, …`` — so maps with the same
-structure on different containers or sizes share one compiled function, named by the
-hash of its text (``k_<sha>``). No name from the model ever reaches the text.
+structure on different containers or sizes share one compiled function, named after the
+op types it fuses and the hash of its text (``k_<what>_<sha>``, ``program.kernel.kernel_name``).
+No other name from the model ever reaches the text.
 
 Semantics (the reference's ``codegen/numpy_ref/maps.py``, statement by statement):
 

@@ -1,14 +1,13 @@
 """A top-level map as a numba kernel: the loop nest (``loopnest``) laid out by its schedule (``schedules``),
-flushed, named by the hash of its text (the kernel cache's key) and described for its callers."""
+flushed, named after what it fuses and the hash of its text (the kernel cache's key), and described for
+its callers."""
 from __future__ import annotations
-
-import hashlib
 
 from codegen.numba_cpu import flush, schedules
 from codegen.numba_cpu.exprs import UnsupportedExpr
 from codegen.numba_cpu.fastmath import FORMS
 from codegen.numba_cpu.loopnest import ZERO, Nest, _collect_globals, _invariant_reads
-from codegen.program.kernel import KernelSource, UnsupportedMap, output_init, storage_dtype
+from codegen.program.kernel import KernelSource, UnsupportedMap, kernel_name, output_init, storage_dtype
 from ir import expr as E
 from ir.graph import Graph
 from ir.maps import trip_count
@@ -41,7 +40,7 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
         ", parallel=True" if par else "")
     body = ["    " + line for line in nest.pre] + (flush.around_loops(nest.w.lines) if flushes else nest.w.lines)
     text = "\n".join([f"@njit({flags})", f"def kernel({', '.join(args)}):", *body, ""])
-    name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    name = kernel_name(m.label, text)
     text = text.replace("def kernel(", f"def {name}(", 1)
     init = {c: output_init(m, c, graph) for c in nest.written}
     arg_types = tuple((storage_dtype(graph.container(c).dtype), len(graph.container(c).shape)) for c in nest.arrays)

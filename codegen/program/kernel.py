@@ -1,8 +1,8 @@
 """What every backend's renderer returns for a map, and the map analysis they share.
 
 The contract: a backend is a ``render(map, graph) -> KernelSource`` (``backend.Backend``).
-``KernelSource`` names the kernel (``k_<sha>`` of its text), holds its text and says how the
-program calls it: ``K.<name>(arrays…, extents…)`` with ``arrays`` the global containers in
+``KernelSource`` names the kernel (``kernel_name``: what it fuses, then the hash of its text),
+holds its text and says how the program calls it: ``K.<name>(arrays…, extents…)`` with ``arrays`` the global containers in
 order of first access and ``outputs`` the ones it writes, each allocated by the caller as
 ``init`` says. A backend adds its own fields in a subclass (CUDA: ``cupy_cuda.launch.CudaKernel``).
 A map a backend cannot render raises ``UnsupportedMap`` (the program then keeps the
@@ -21,6 +21,8 @@ The analysis half (backend-neutral, on the IR):
 """
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 
 from ir import expr as E
@@ -57,6 +59,39 @@ class KernelSource:
     parallel: bool
     init: dict[str, OutputInit] = field(default_factory=dict)
     arg_types: tuple[tuple[str, int], ...] = ()             # (stored dtype, rank) of each array argument
+
+
+_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Neg", "Abs", "Reciprocal", "Cast", "Identity",
+                         "Sum", "Max", "Min", "Where", "Equal", "Less", "Greater", "Not", "And", "Or"})
+_SHORT = {"FusedMatMul": "Matmul", "MatMul": "Matmul", "LayerNormalization": "Layernorm",
+          "BatchNormalization": "Batchnorm", "Normalization": "Norm"}   # replaced in this order
+SLUG_OPS = 3
+"""A kernel's name names at most this many of the ops it fuses."""
+_WORD = 32   # characters of one op type in a name
+
+
+def kernel_slug(label: str) -> str:
+    """What a map fuses, as a name part: its distinct ops (a fused map's label lists them, e.g.
+    ``Add+Add>LayerNormalization``), in order, those that are not plain arithmetic chosen first,
+    snake-cased: ``add_layernorm``, ``layernorm_grad_reduce_sum``, ``mul_add_sqrt``; ``map`` if none.
+    Only ASCII identifiers of the label are used, so nothing else from a model reaches a name."""
+    ops = list(dict.fromkeys(re.sub(r"_\d+$", "", t)[:_WORD] for t in re.split(r"[+>]", label)
+                             if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", t)))
+    chosen = set(([op for op in ops if op not in _ARITHMETIC] + ops)[:SLUG_OPS])
+    parts = [op for op in ops if op in chosen]
+    words = []
+    for op in parts:
+        for long, short in _SHORT.items():
+            op = op.replace(long, short)
+        words.append(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", op).lower())
+    return "_".join(words) or "map"
+
+
+def kernel_name(label: str, text: str) -> str:
+    """``k_<slug>_<sha>``: what the kernel fuses (``kernel_slug``), then the first 16 hex digits of the
+    sha256 of ``text`` (the kernel with a placeholder name). The hash keeps the name a content
+    address (the kernel caches key on it); the slug is for a reader."""
+    return f"k_{kernel_slug(label)}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def kernel_locals(m: MapNode) -> set[str]:
@@ -121,13 +156,16 @@ def output_init(m: MapNode, container: str, graph: Graph) -> OutputInit:
 
 
 def _covers(out: Memlet, scopes: tuple, graph: Graph) -> bool:
-    """One plain write at distinct full-range params of its scopes writes every element."""
+    """One plain write at distinct full-range params of its scopes (or 0 on a unit dimension) writes
+    every element."""
     shape = graph.container(out.container).concrete_shape(graph.bindings)
     if out.subset is None or len(out.subset) != len(shape):
         return not shape
     ranges = {p: r for s in scopes for p, r in s.params}
     used = set()
     for ix, dim in zip(out.subset, shape):
+        if dim == 1 and _is_const(ix, 0, graph):      # the one index of a unit dimension (LayerNorm's saved_mean)
+            continue
         if not isinstance(ix, E.Var) or ix.name not in ranges or ix.name in used:
             return False
         r = ranges[ix.name]

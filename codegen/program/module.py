@@ -7,7 +7,7 @@ The module (the ``model.py`` of an exported package; a cached file in-process) h
   imports the same code from dcstudio and its kernels from the kernel cache. The
   text is the same for every backend: arrays are made, converted and viewed only
   through ``L`` (the backend's library: NumPy for the CPU, CuPy for CUDA) and kernels
-  are called as ``K.k_<sha>(arrays…, extents…)``;
+  are called as ``K.k_<what>_<sha>(arrays…, extents…)``;
 - ``INPUTS``/``OUTPUTS``/``FORWARD_OUTPUTS`` (the model's own names, as ASCII string
   literals), input dtypes and shapes, ``UPDATES`` (``p.new`` → ``p`` pairs for ``Model.train_step``)
   and ``TRAINING`` (``codegen.program.training``: learning rate, step and mask inputs);

@@ -4,7 +4,7 @@
 kernel, in topological order, into a ``Statement``:
 
 - a map → its output buffers (``L.alloc``/``L.view``: empty, zeros or full of the wcr's
-  identity) and one call of the kernel the backend renders, ``K.k_<sha>(arrays…, extents…)``
+  identity) and one call of the kernel the backend renders, ``K.k_<what>_<sha>(arrays…, extents…)``
   (``render``: the numba loop nest, or CUDA C); an elementwise map over short rows is
   rendered over one flat parameter on 1-d views of its arrays (``flatten``);
 - MatMul / Gemm / FusedMatMul / Einsum → one BLAS call into the output buffer; a fused

@@ -75,7 +75,7 @@ def _labels(pkg) -> dict[str, str]:
         found = re.match(r"\s*# \S+ \((.*)\)$", line)
         if found:
             current = found.group(1)
-        for k in re.findall(r"K\.(k_[0-9a-f]+)\(", line):
+        for k in re.findall(r"K\.(k_\w+)\(", line):
             labels.setdefault(k, current)
     return labels
 

@@ -2,6 +2,7 @@
 executor, canonical shareable kernel text, hoisting, output initialisation, parallel safety, refusals."""
 from __future__ import annotations
 
+import hashlib
 import re
 
 import numpy as np
@@ -14,6 +15,7 @@ from codegen.numba_cpu.render import UnsupportedMap, kernel_source  # noqa: E402
 from codegen.numba_cpu.runner import CompiledGraph  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from codegen.numpy_ref.feeds import compare, feeds_for  # noqa: E402
+from codegen.program.kernel import kernel_name  # noqa: E402
 from ir import expr as E  # noqa: E402
 from ir import lowering  # noqa: E402
 from ir.containers import Container, Role  # noqa: E402
@@ -111,6 +113,25 @@ def test_kernel_text_is_canonical_and_names_nothing_from_the_model():
     assert a.name == b.name and a.source == b.source       # one compiled function serves both
     assert a.extents == (5, 3) and b.extents == (17, 3)
     assert "secret" not in b.source and "alpha" not in a.source
+    assert a.name.startswith("k_relu_") and "secret" not in b.name
+
+
+@pytest.mark.parametrize("label, slug", [
+    ("Add+Add>LayerNormalization", "add_layernorm"),
+    ("LayerNormalizationGrad>ReduceSum", "layernorm_grad_reduce_sum"),
+    ("Mul+Mul+Mul+Add+Sqrt+Add+Mul+Mul+Add+Div+Mul+Sub", "mul_add_sqrt"),
+    ("SoftmaxGrad_13>Mul", "softmax_grad_mul"),
+    ("FusedMatMul+Gelu", "matmul_gelu"),
+    ("fused:/layer/0/attn (x); import os", "map"),
+    ("Ünïcode+Relu", "relu"),
+    ("", "map"),
+])
+def test_kernel_names_say_what_they_fuse_and_keep_the_hash(label, slug):
+    """The name is ``k_<ops>_<sha of the text>``: only ASCII op identifiers of the label reach it."""
+    name = kernel_name(label, "text")
+    assert name == f"k_{slug}_{hashlib.sha256(b'text').hexdigest()[:16]}"
+    assert name.isidentifier() and name.isascii()
+    assert kernel_name(label, "other text") != name
 
 
 def _map_graph(body_out: Memlet, body_in: dict[str, Memlet], expr, n: int = 8, dtype: str = "float32",
@@ -158,6 +179,21 @@ def test_output_initialisation_follows_the_writes():
              for ks in [kernel_source(n, g)] for c in ks.outputs}
     assert inits["h"] == "empty"          # one plain write covers every element
     assert inits["mx"] == "full"          # ReduceMax accumulates into the output (wcr=max)
+
+
+def test_a_unit_dimension_written_at_index_zero_is_not_zeroed_first():
+    """LayerNormalization's saved mean and inverse std (keepdims: a unit last axis) are written whole by
+    the kernel at index 0 of that axis: the caller allocates them empty, and the values still match."""
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), n) for n in ("gamma", "beta")]
+    node = helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln", "mean", "inv"], axis=-1)
+    g = import_proto(model([node], [vi("x", [4, 8, 16])], [vi("ln", [4, 8, 16]), vi("mean", [4, 8, 1]),
+                                                           vi("inv", [4, 8, 1])], inits))
+    lowering.expand_all(g)
+    inits = {c: ks.init[c].kind for n in g.nodes.values() if isinstance(n, MapNode)
+             for ks in [kernel_source(n, g)] for c in ks.outputs}
+    assert inits["mean"] == inits["inv"] == "empty"
+    _same_as_reference(g)
 
 
 def test_parallel_only_when_the_outer_loop_owns_its_writes():
