@@ -70,7 +70,7 @@ def kernel_module(ks: CudaKernel) -> str:
 
 
 def kernels_init(names: list[str]) -> str:
-    return ('"""The CUDA kernels of model.py, one module per kernel (named after what it fuses and the hash of its text)."""\n'
+    return ('"""The CUDA kernels of model.py, one module per kernel (named after what it fuses and its hash)."""\n'
             + "".join(f"from .{n} import {n}  # noqa: F401\n" for n in names))
 
 

@@ -33,12 +33,13 @@ from __future__ import annotations
 from codegen.cupy_cuda.c_expr import C_TYPES, to_cuda
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
 from codegen.cupy_cuda.reduction_pattern import WCR_OP
-from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals, kernel_name, output_init
+from codegen.program.kernel import UnsupportedMap, kernel_name, output_init
+from codegen.program.walk import Dialect, KernelWalk
 from ir import dtypes
 from ir import expr as E
 from ir.graph import Graph
 from ir.maps import range_bounds
-from ir.memlet import Memlet, Range, Wcr
+from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, Tasklet
 
 LOAD = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
@@ -80,23 +81,43 @@ template <int OP> __device__ float dcs_cas(float* addr, float v) {
 BLOCK = POINTS_BLOCK
 
 
-class _Cuda:
-    """State of one CUDA kernel being printed."""
+def c_literal(value, dt: str) -> str:
+    """``value`` as a CUDA C constant of type ``dt`` (infinities through ``DCS_INF``)."""
+    if dt == "bool":
+        return "true" if value else "false"
+    if dt in dtypes.FLOAT_TYPES:
+        f = float(value)
+        if f != f:
+            raise UnsupportedMap(f"NaN constant of {dt}")
+        if f in (float("inf"), float("-inf")):
+            return "DCS_INF" if f > 0 else "-DCS_INF"
+        return repr(f) + ("f" if dt != "float64" else "")
+    if dt not in C_TYPES:
+        raise UnsupportedMap(f"no CUDA C type for {dt}")
+    n = int(value)
+    text = f"({n + 1}LL - 1)" if n == -(1 << 63) else f"{n}LL"
+    return f"({C_TYPES[dt]}){text}"
+
+
+DIALECT = Dialect("  ", c_literal, lambda name, dt, init: f"{C_TYPES[dt]} {name} = {init};")
+
+
+class _Cuda(KernelWalk):
+    """State of one CUDA kernel being printed (``program.walk.KernelWalk``)."""
+
+    dialect = DIALECT
 
     def __init__(self, m: MapNode, graph: Graph, storage: str | None) -> None:
-        self.m, self.graph, self.storage = m, graph, storage
-        self.local_names = kernel_locals(m)
-        self.arrays: dict[str, str] = {}
-        self.written: list[str] = []
-        self.extents: list[int] = []
-        self.params: dict[str, str] = {}
-        self.locals: dict[str, tuple[str, str]] = {}
-        self.lines: list[str] = []
-        self.depth = 1
+        super().__init__(m, graph)
+        self.storage = storage
         self.owners: set[str] = {p for p, _ in m.params}   # params a write index must hold to be owned
 
-    def line(self, text: str) -> None:
-        self.lines.append("  " * self.depth + text)
+    def local(self, loc: str, dtype: str, wcr: str | None) -> tuple[str, str]:
+        """``t<k>`` in float32 for 16-bit floats (every accumulation is float32), else ``dtype``."""
+        dt = COMPUTE.get(dtype, dtype)
+        if dt not in C_TYPES:
+            raise UnsupportedMap(f"local '{loc}' has dtype {dtype}")
+        return f"t{len(self.locals)}", dt
 
     def dtype(self, container: str) -> str:
         """Storage dtype of a global container (the variant's type for float32 ones)."""
@@ -125,19 +146,6 @@ class _Cuda:
             flat.append(f"({self.index(ix)}) * {stride}LL" if stride != 1 else f"({self.index(ix)})")
             stride *= dim
         return f"{self.arrays[mem.container]}[{' + '.join(reversed(flat)) or '0'}]"
-
-
-def _collect(k: _Cuda) -> None:
-    for node, _ in k.m.walk():
-        if not isinstance(node, Tasklet):
-            continue
-        for mem in list(node.inputs.values()) + [node.output]:
-            if mem.container not in k.local_names and mem.container not in k.arrays:
-                k.arrays[mem.container] = f"a{len(k.arrays)}"
-        out = node.output.container
-        if out not in k.local_names and out not in k.written:
-            k.written.append(out)
-    check_loop_safe(k.m, set(k.written), k.local_names)
 
 
 def _signature(k: _Cuda, name: str) -> str:
@@ -181,42 +189,6 @@ def _thread_params(k: _Cuda) -> None:
         k.line(f"const long long p{i} = {start} + {position.format(divisors[i])} * {step}; rest /= {divisors[i]};")
 
 
-def _declare_locals(k: _Cuda, m: MapNode) -> None:
-    first = first_wcr(m)
-    for loc, c in m.locals.items():
-        if c.shape != ():
-            raise UnsupportedMap(f"local '{loc}' has shape {list(c.shape)}; only scalar locals are supported")
-        dt = COMPUTE.get(c.dtype, c.dtype)
-        if dt not in C_TYPES:
-            raise UnsupportedMap(f"local '{loc}' has dtype {c.dtype}")
-        name = f"t{len(k.locals)}"
-        k.locals[loc] = (name, dt)
-        k.line(f"{C_TYPES[dt]} {name} = {_identity(first.get(loc), dt)};")
-
-
-def _identity(wcr: str | None, dt: str) -> str:
-    """An accumulator's initial value in C: the wcr's identity (``ir.memlet.Wcr``), 0 without one."""
-    return c_literal(0 if wcr is None else Wcr(wcr).identity(dt), dt)
-
-
-def c_literal(value, dt: str) -> str:
-    """``value`` as a CUDA C constant of type ``dt`` (infinities through ``DCS_INF``)."""
-    if dt == "bool":
-        return "true" if value else "false"
-    if dt in dtypes.FLOAT_TYPES:
-        f = float(value)
-        if f != f:
-            raise UnsupportedMap(f"NaN constant of {dt}")
-        if f in (float("inf"), float("-inf")):
-            return "DCS_INF" if f > 0 else "-DCS_INF"
-        return repr(f) + ("f" if dt != "float64" else "")
-    if dt not in C_TYPES:
-        raise UnsupportedMap(f"no CUDA C type for {dt}")
-    n = int(value)
-    text = f"({n + 1}LL - 1)" if n == -(1 << 63) else f"{n}LL"
-    return f"({C_TYPES[dt]}){text}"
-
-
 def _nested(k: _Cuda, m: MapNode) -> None:
     opened = 0
     for p, r in m.params:
@@ -238,7 +210,7 @@ def _nested(k: _Cuda, m: MapNode) -> None:
 
 
 def _body(k: _Cuda, m: MapNode) -> None:
-    _declare_locals(k, m)
+    k.declare_locals(m)
     for stmt in m.body:
         if isinstance(stmt, MapNode):
             _nested(k, stmt)
@@ -274,13 +246,13 @@ def _owned(k: _Cuda, out: Memlet) -> bool:
 def _store(k: _Cuda, out: Memlet, value: str) -> str:
     if out.container in k.locals:
         name, _ = k.locals[out.container]
-        return f"{name} = {_combine(out.wcr, name, f'({value})')};"
+        return f"{name} = {k.combine(out.wcr, name, f'({value})')};"
     dt = k.dtype(out.container)
     target = k.element(out)
     if out.wcr is None:
         return f"{target} = {STORE[dt].format(value) if dt in STORE else f'({value})'};"
     if _owned(k, out):
-        return f"{target} = {_combine(out.wcr, target, f'({value})')};"
+        return f"{target} = {k.combine(out.wcr, target, f'({value})')};"
     if dt != "float32" and out.wcr != "sum":
         raise UnsupportedMap(f"shared {out.wcr} reduction into {dt} '{out.container}'")
     if out.wcr == "sum":
@@ -288,18 +260,10 @@ def _store(k: _Cuda, out: Memlet, value: str) -> str:
     return f"dcs_cas<{WCR_OP[out.wcr]}>(&{target}, (float)({value}));"
 
 
-def _combine(wcr: str | None, old: str, new: str) -> str:
-    if wcr is None:
-        return new
-    if wcr in ("max", "min"):
-        return f"dcs_{wcr}({old}, {new})"
-    return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
-
-
 def points_kernel(m: MapNode, graph: Graph, *, storage: str | None = None) -> CudaKernel:
     """One thread per point of ``m``'s own parameters; nested maps are loops in the thread."""
     k = _Cuda(m, graph, storage)
-    _collect(k)
+    k.collect()
     try:
         _thread_params(k)
         _body(k, m)

@@ -45,8 +45,7 @@ exported launcher uses: grid from the extents, block shape, static shared bytes.
 """
 from __future__ import annotations
 
-from codegen.cupy_cuda.cuda_source import (C_TYPES, COMPUTE, LOAD, STORE, _collect, _combine, _Cuda, _declare_locals,
-                                           _identity, _store, _value, finish)
+from codegen.cupy_cuda.cuda_source import C_TYPES, COMPUTE, LOAD, STORE, _Cuda, _store, _value, finish
 from codegen.cupy_cuda.launch import CudaKernel, launch
 from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan, Target, plan_for
 from codegen.cupy_cuda.row_cache import RowCache, nested_counts, positions, thread_stride
@@ -108,7 +107,7 @@ def _size(dt: str) -> int:
 
 def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKernel:
     k = _Cuda(m, graph, storage)
-    _collect(k)
+    k.collect()
     x, y = plan.block
     k.line(f"// {plan.kind}: block ({x}, {y}); the longest nested map has {plan.row_length} points")
     at = len(k.lines)
@@ -117,7 +116,7 @@ def _print(m: MapNode, graph: Graph, storage: str | None, plan: Plan) -> CudaKer
     if cache is not None and cache.rows > 1:
         cache.open_rows(k)
     _params(k, plan, cache, split)
-    _declare_locals(k, m)
+    k.declare_locals(m)
     if cache is not None:
         cache.declare(k)
     slots = _Slots(plan)
@@ -213,7 +212,7 @@ def _strided(k: _Cuda, plan: Plan, n: MapNode, targets: tuple[Target, ...], slot
         dt = _partial_type(k, tg)
         name = slots.partial()
         partials[(tg.container, tg.subset)] = (name, dt, tg)
-        k.line(f"{C_TYPES[dt]} {name} = {_identity(tg.wcr, dt)};")
+        k.line(f"{C_TYPES[dt]} {name} = {k.identity(tg.wcr, dt)};")
     _loop(k, plan, n, partials, cache, split)
     if partials:
         _reduce(k, plan, partials, slots)
@@ -262,7 +261,7 @@ def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: RowCache | No
         names.append(f"p{len(k.params)}")
         k.params[p] = names[-1]
     positions(k, counts, names, ix)
-    _declare_locals(k, n)
+    k.declare_locals(n)
     if cache is not None:
         cache.fill(k, n)
     saved = k.owners
@@ -273,7 +272,7 @@ def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: RowCache | No
         shared = cache.shared_sum(k, n, t) if cache is not None else None
         if key in partials:
             name, _, tg = partials[key]
-            k.line(f"{name} = {_combine(tg.wcr, name, f'({value})')};")
+            k.line(f"{name} = {k.combine(tg.wcr, name, f'({value})')};")
         elif shared is not None:
             k.line(f"{shared}[it] += ({value});")
         else:
@@ -313,11 +312,11 @@ def _reduce(k: _Cuda, plan: Plan, partials: dict, slots: _Slots) -> None:
 def _combine_into(k: _Cuda, plan: Plan, tg: Target, partial: str) -> None:
     if tg.is_local:
         name, _ = k.locals[tg.container]
-        k.line(f"{name} = {_combine(tg.wcr, name, partial)};")
+        k.line(f"{name} = {k.combine(tg.wcr, name, partial)};")
         return
     mem = Memlet(tg.container, tg.subset)
     dt = k.dtype(tg.container)
     target = k.element(mem)
     old = LOAD[dt].format(target) if dt in LOAD else target
-    new = _combine(tg.wcr, old, partial)
+    new = k.combine(tg.wcr, old, partial)
     k.line(f"if ({_leader(plan)}) {{ {target} = {STORE[dt].format(new) if dt in STORE else new}; }}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from codegen.cupy_cuda.cuda_source import C_TYPES, _Cuda, _identity
+from codegen.cupy_cuda.cuda_source import C_TYPES, _Cuda
 from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan
 from ir.maps import range_bounds
 from ir.nodes import MapNode
@@ -82,7 +82,7 @@ class RowSplit:
         k.line("__threadfence();")
         for (scratch, name, dt), (_, _, tg) in zip(stores, partials.values()):
             k.line(f"{name} = threadIdx.x < {self.blocks} ? __ldcg(&{scratch}[row * {self.blocks} + threadIdx.x])"
-                   f" : {_identity(tg.wcr, dt)};")
+                   f" : {k.identity(tg.wcr, dt)};")
         reduce(k, plan, partials, slots)
         k.line("if (threadIdx.x == 0) { KERNEL_count[row] = 0; }   // ready for the next launch")
 
@@ -154,7 +154,7 @@ class ColumnSplit:
         k.line("__threadfence();")
         k.line("if (active && threadIdx.y == 0) {")
         for scratch, shared, name, dt, tg in items:
-            k.line(f"  {name} = {_identity(tg.wcr, dt)};")
+            k.line(f"  {name} = {k.identity(tg.wcr, dt)};")
             k.line(f"  for (int c = 0; c < {self.blocks}; ++c) {{ {name} = dcs_op<{WCR_OP[tg.wcr]}>({name}, "
                    f"__ldcg(&{scratch}[{at} + c])); }}")
             k.line(f"  {shared}[threadIdx.x] = {name};")
@@ -162,4 +162,3 @@ class ColumnSplit:
         k.line("__syncthreads();")
         k.line(" ".join(f"{name} = {shared}[threadIdx.x];" for _, shared, name, _, _ in items))
         k.line("if (threadIdx.x == 0 && threadIdx.y == 0) { KERNEL_count[group] = 0; }   // ready for the next launch")
-

@@ -15,7 +15,7 @@ from codegen.program.namespace import literal
 from codegen.program.program import Program, build_program
 from ir.graph import Graph
 
-KERNELS_INIT = '''"""The numba kernels of model.py, one module per kernel (named after what it fuses and the hash of its text).
+KERNELS_INIT = '''"""The numba kernels of model.py, one module per kernel (named after what it fuses and its hash).
 
 Each is imported under the canonical name ``dcstudio_kernel_<name>`` — the name dcstudio's
 kernel cache uses — so numba's cached machine code is valid wherever the file lives. Kernels that

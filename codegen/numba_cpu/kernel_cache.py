@@ -1,8 +1,9 @@
 """Kernel modules: the text around generated kernels, and a content-addressed cache of them.
 
 ``kernel_module(kernel)`` is a complete Python module defining one kernel and the
-``fastmath`` helpers it calls (importing the flush intrinsics, ``flush.IMPORT``, if it flushes). Every kernel lives in such a file, ``k_<what>_<sha>.py`` (the
-name ends in the hash of the kernel's canonical text, see ``loopnest``): in-process under
+``fastmath`` helpers it calls (importing the flush intrinsics, ``flush.IMPORT``, if it flushes).
+Every kernel lives in such a file, ``k_<what>_<sha>.py`` (the name ends in the hash of the
+kernel's canonical text, see ``loopnest``): in-process under
 ``<cache>/kernels/``, in an exported package under ``kernels/`` — byte-identical.
 
 numba's ``cache=True`` keeps the compiled machine code; ``install_locator`` makes numba

@@ -31,11 +31,12 @@ the caller then keeps the reference for it (``UnsupportedMap``).
 from __future__ import annotations
 
 from codegen.numba_cpu import halfbits
-from codegen.numba_cpu.exprs import ExprPrinter, literal, max_min
-from codegen.program.kernel import UnsupportedMap, accumulator_dtype, check_loop_safe, first_wcr, kernel_locals
+from codegen.numba_cpu.exprs import ExprPrinter, literal
+from codegen.program.kernel import UnsupportedMap, accumulator_dtype
+from codegen.program.walk import Dialect, KernelWalk
 from ir import expr as E
 from ir.graph import Graph
-from ir.memlet import Memlet, Range, Wcr
+from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, Tasklet
 
 FASTMATH = ("nsz", "arcp", "contract", "afn", "reassoc")
@@ -47,37 +48,26 @@ ZERO = "z0"
 so LLVM cannot fold the forms' ``F(c) + z0`` constants (see ``fastmath``)."""
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.depth = 1
-
-    def line(self, text: str) -> None:
-        self.lines.append("    " * self.depth + text)
+DIALECT = Dialect("    ", literal, lambda name, dt, init: f"{name} = {init}", helper_combines=True)
 
 
-class Nest:
-    """State of one kernel being printed."""
+class Nest(KernelWalk):
+    """State of one numba kernel being printed (``program.walk.KernelWalk``), with its hoisting."""
+
+    dialect = DIALECT
 
     def __init__(self, m: MapNode, graph: Graph, fast: bool) -> None:
-        self.m, self.graph, self.fast = m, graph, fast
-        self.arrays: dict[str, str] = {}      # container -> a<k>
-        self.written: list[str] = []
-        self.extents: list[int] = []
-        self.params: dict[str, str] = {}      # IR param -> p<k>
-        self.locals: dict[str, tuple[str, str]] = {}   # IR local -> (t<k>, dtype)
+        super().__init__(m, graph)
+        self.fast = fast
         self.local_count = 0
         self.hoisted: dict[str, str] = {}     # printed value -> h<k>
         self.pre: list[str] = []              # statements before the loops
-        self.helpers: set[str] = set()
         self.invariant: dict[tuple, str] = {}
-        self.w = _Writer()
 
     # --- names ------------------------------------------------------------------------
-    def array(self, container: str) -> str:
-        if container not in self.arrays:
-            self.arrays[container] = f"a{len(self.arrays)}"
-        return self.arrays[container]
+    def local(self, loc: str, dtype: str, wcr: str | None) -> tuple[str, str]:
+        """``t<k>``, a fresh name (a local printed twice gets two), in its accumulator type."""
+        return self.new_local(), accumulator_dtype(wcr, dtype)
 
     def new_local(self) -> str:
         """A fresh local variable name ``t<k>`` (a local printed twice gets two names)."""
@@ -101,22 +91,6 @@ class Nest:
         names = {p: n for p, n in self.params.items()}
         printer = ExprPrinter({p: "int64" for p in names}, names, fast=False)
         return printer.emit(e) if not isinstance(e, E.Const) else str(int(e.value))
-
-
-def _collect_globals(nest: Nest) -> None:
-    """Number the global containers (first access order) and check loop safety."""
-    local_names = kernel_locals(nest.m)
-    for node, _ in nest.m.walk():
-        if not isinstance(node, Tasklet):
-            continue
-        for mem in node.inputs.values():
-            if mem.container not in local_names:
-                nest.array(mem.container)
-        if node.output.container not in local_names:
-            nest.array(node.output.container)
-            if node.output.container not in nest.written:
-                nest.written.append(node.output.container)
-    check_loop_safe(nest.m, set(nest.written), local_names)
 
 
 def _invariant_reads(nest: Nest) -> dict[tuple, str]:
@@ -157,14 +131,9 @@ def _element(mem: Memlet, nest: Nest) -> str:
 
 # --- statements ---------------------------------------------------------------------------
 
-def identity_literal(wcr: str | None, dt: str) -> str:
-    """The initial value of an accumulator as numba code: the wcr's identity (0 without one)."""
-    return literal(0 if wcr is None else Wcr(wcr).identity(dt), dt)
-
-
 def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
     """Loops over ``m``'s params, its locals, then its body (the default schedule)."""
-    depth = nest.w.depth
+    depth = nest.depth
     for k, (p, r) in enumerate(m.params):
         name = f"p{len(nest.params)}"
         start, stop = r.start, r.stop
@@ -173,27 +142,15 @@ def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
         step = f", {r.step}" if r.step != 1 else ""
         loop = "prange" if outermost and k == 0 and parallel else "range"
         nest.params[p] = name
-        nest.w.line(f"for {name} in {loop}({lo}{hi}{step}):")
-        nest.w.depth += 1
-    declare_locals(nest, m)
+        nest.line(f"for {name} in {loop}({lo}{hi}{step}):")
+        nest.depth += 1
+    nest.declare_locals(m)
     for stmt in m.body:
         if isinstance(stmt, MapNode):
             scope(nest, stmt, False, parallel)
         else:
             tasklet_line(nest, stmt)
-    nest.w.depth = depth
-
-
-def declare_locals(nest: Nest, m: MapNode) -> None:
-    """Scalar variables for ``m``'s locals, at their initial values (the first write's wcr identity)."""
-    first = first_wcr(m)
-    for loc, c in m.locals.items():
-        if c.shape != ():
-            raise UnsupportedMap(f"local '{loc}' has shape {list(c.shape)}; only scalar locals are supported")
-        name = nest.new_local()
-        dt = accumulator_dtype(first.get(loc), c.dtype)
-        nest.locals[loc] = (name, dt)
-        nest.w.line(f"{name} = {identity_literal(first.get(loc), dt)}")
+    nest.depth = depth
 
 
 def tasklet_line(nest: Nest, t: Tasklet) -> None:
@@ -222,7 +179,7 @@ def tasklet_line(nest: Nest, t: Tasklet) -> None:
     expr = _hoist(nest, t.expr, invariant, printer)
     value, vdt = printer.emit(expr), printer.dtype(expr)
     nest.helpers |= printer.helpers
-    nest.w.line(_store(nest, t.output, value, vdt, printer))
+    nest.line(_store(nest, t.output, value, vdt, printer))
 
 
 def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: ExprPrinter) -> E.Expr:
@@ -248,23 +205,13 @@ def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: ExprPrinter) -> 
     return E.Cast(_hoist(nest, e.a, invariant, printer), e.dtype)
 
 
-def combine(nest: Nest, wcr: str | None, old: str, new: str) -> str:
-    """``new`` combined into ``old`` by ``wcr`` (max and min through the NaN-propagating helpers)."""
-    if wcr is None:
-        return new
-    if wcr in ("max", "min"):
-        return max_min(nest.helpers, wcr, old, new)
-    return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
-
-
 def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: ExprPrinter) -> str:
     if out.container in nest.locals:
         name, dt = nest.locals[out.container]
-        return f"{name} = {combine(nest, out.wcr, name, printer.cast(value, vdt, dt))}"
+        return f"{name} = {nest.combine(out.wcr, name, printer.cast(value, vdt, dt))}"
     dt = nest.graph.container(out.container).dtype
     if out.wcr is not None and dt in halfbits.STORE:
         raise UnsupportedMap(f"'{out.container}' ({dt}) is accumulated into (wcr {out.wcr}): accumulate in "
                              "float32 (mixed_precision refuses this) or run it with the reference executor")
     target = f"{nest.array(out.container)}[{_element(out, nest)}]"
-    return f"{target} = {combine(nest, out.wcr, target, printer.cast(value, vdt, dt))}"
-
+    return f"{target} = {nest.combine(out.wcr, target, printer.cast(value, vdt, dt))}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from codegen.numba_cpu import flush, schedules
 from codegen.numba_cpu.exprs import UnsupportedExpr
 from codegen.numba_cpu.fastmath import FORMS
-from codegen.numba_cpu.loopnest import ZERO, Nest, _collect_globals, _invariant_reads
+from codegen.numba_cpu.loopnest import ZERO, Nest, _invariant_reads
 from codegen.program.kernel import KernelSource, UnsupportedMap, kernel_name, output_init, storage_dtype
 from ir import expr as E
 from ir.graph import Graph
@@ -20,25 +20,25 @@ PARALLEL_MIN_ITERS = 1 << 16
 def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: bool = True) -> KernelSource:
     """The canonical loop-nest kernel of top-level map ``m`` (``UnsupportedMap`` if none)."""
     nest = Nest(m, graph, fast)
-    _collect_globals(nest)
+    nest.collect()
     nest.invariant = _invariant_reads(nest)
     par = parallel and _parallel_safe(m, graph, nest)
     try:
         schedules.emit(nest, m, par)
     except UnsupportedExpr as e:
         raise UnsupportedMap(str(e)) from None
-    par = par and any("prange(" in line for line in nest.w.lines)   # a schedule may loop it inner or not at all
+    par = par and any("prange(" in line for line in nest.lines)   # a schedule may loop it inner or not at all
     forms = bool(nest.helpers & set(FORMS))
     if forms:                                     # fastmath forms: the opaque zero (see ZERO)
         nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
-    nest.w.lines, chunked = flush.chunks(nest.w.lines, forms)   # each prange iteration flushes itself
+    nest.lines, chunked = flush.chunks(nest.lines, forms)   # each prange iteration flushes itself
     flushes = forms and (not par or chunked)      # this thread only, or every chunk too (flush.py)
     if flushes:
         nest.helpers |= set(flush.HELPERS)
     args = list(nest.arrays.values()) + [f"n{k}" for k in range(len(nest.extents))]
     flags = "cache=True, nogil=True, error_model=\"numpy\", fastmath=_FM" + (
         ", parallel=True" if par else "")
-    body = ["    " + line for line in nest.pre] + (flush.around_loops(nest.w.lines) if flushes else nest.w.lines)
+    body = ["    " + line for line in nest.pre] + (flush.around_loops(nest.lines) if flushes else nest.lines)
     text = "\n".join([f"@njit({flags})", f"def kernel({', '.join(args)}):", *body, ""])
     name = kernel_name(m.label, text)
     text = text.replace("def kernel(", f"def {name}(", 1)

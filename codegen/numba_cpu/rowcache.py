@@ -36,7 +36,7 @@ from ir import dtypes
 from ir import expr as E
 from ir.nodes import MapNode, Tasklet
 
-from codegen.numba_cpu.loopnest import Nest, declare_locals, identity_literal, tasklet_line
+from codegen.numba_cpu.loopnest import Nest, tasklet_line
 from codegen.program.kernel import first_wcr
 
 _HOLE = E.Var("·")
@@ -114,32 +114,32 @@ def plan(m: MapNode, written: set[str]) -> RowCache | None:
 def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
     """Print top-level map ``m`` with ``cache``: skewed (``_skewed_rows``) when ``can_skew``, else
     the default loop order with one buffer."""
-    depth = nest.w.depth
+    depth = nest.depth
     chunked = parallel and len(m.params) == 1 and can_skew(m, cache, False)
     skew = chunked or can_skew(m, cache, parallel)
     for k, (p, r) in enumerate(m.params[:-1] if skew else m.params):
         name = f"p{len(nest.params)}"
         nest.params[p] = name
-        nest.w.line(f"for {name} in {'prange' if parallel and k == 0 else 'range'}({nest.bound(r.stop)}):")
-        nest.w.depth += 1
+        nest.line(f"for {name} in {'prange' if parallel and k == 0 else 'range'}({nest.bound(r.stop)}):")
+        nest.depth += 1
     lo, hi = "0", nest.bound(m.params[-1][1].stop) if m.params else "1"
     if chunked:                      # one row param under prange: threads take blocks of CHUNK_ROWS rows
-        nest.w.line(f"for pc in prange(({hi} + {CHUNK_ROWS - 1}) // {CHUNK_ROWS}):")
-        nest.w.depth += 1
-        nest.w.line(f"lo = pc * {CHUNK_ROWS}")
-        nest.w.line(f"hi = min({hi}, lo + {CHUNK_ROWS})")
+        nest.line(f"for pc in prange(({hi} + {CHUNK_ROWS - 1}) // {CHUNK_ROWS}):")
+        nest.depth += 1
+        nest.line(f"lo = pc * {CHUNK_ROWS}")
+        nest.line(f"hi = min({hi}, lo + {CHUNK_ROWS})")
         lo, hi = "lo", "hi"
     last = cache.sweeps[0].body[cache.length - 1].output.container
     size, dt = nest.bound(cache.sweeps[0].params[0][1].stop), dtypes.NUMPY_NAMES[cache.sweeps[0].locals[last].dtype]
     for buf in ("c0", "c1") if skew else ("c0",):
-        (nest.w.line if parallel else nest.pre.append)(f"{buf} = np.empty({size}, {dt})")
+        (nest.line if parallel else nest.pre.append)(f"{buf} = np.empty({size}, {dt})")
     if skew:
         _skewed_rows(nest, m, cache, lo, hi)
     else:
-        declare_locals(nest, m)
+        nest.declare_locals(m)
         for stmt in m.body:
             _statement(nest, stmt, cache, "c0")
-    nest.w.depth = depth
+    nest.depth = depth
 
 
 def can_skew(m: MapNode, cache: RowCache, parallel: bool) -> bool:
@@ -174,36 +174,36 @@ def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache, lo: str, hi: str) -> N
     next_row = {loc: (f"u{k}", m.locals[loc].dtype) for k, loc in enumerate(sorted(carried))}
 
     def start_next_row(index: str, buffer: str) -> None:
-        nest.w.line(f"pn = {index}")
-        nest.w.line(f"nxt = {buffer}") if buffer else None
+        nest.line(f"pn = {index}")
+        nest.line(f"nxt = {buffer}") if buffer else None
         for loc, (u, dt) in next_row.items():
-            nest.w.line(f"{u} = {identity_literal(wcr.get(loc), dt)}")
+            nest.line(f"{u} = {nest.identity(wcr.get(loc), dt)}")
 
     start_next_row(lo, "c0")
     nest.params[q] = "pn"
     _with_locals(nest, next_row, lambda: _statement(nest, first, cache, "nxt"))
     nest.params[q] = qname
-    nest.w.line(f"for {qname} in range({lo}, {hi}):")
-    nest.w.depth += 1
-    nest.w.line(f"cur, nxt = (c0, c1) if ({qname} - {lo}) % 2 == 0 else (c1, c0)")
-    declare_locals(nest, m)
+    nest.line(f"for {qname} in range({lo}, {hi}):")
+    nest.depth += 1
+    nest.line(f"cur, nxt = (c0, c1) if ({qname} - {lo}) % 2 == 0 else (c1, c0)")
+    nest.declare_locals(m)
     for loc, (u, _) in next_row.items():
-        nest.w.line(f"{nest.locals[loc][0]} = {u}")
+        nest.line(f"{nest.locals[loc][0]} = {u}")
     for stmt in m.body[1:-1]:
         _statement(nest, stmt, cache, "cur")
     start_next_row(f"{qname} + 1", "")
-    nest.w.line(f"if pn < {hi}:")
-    nest.w.depth += 1
+    nest.line(f"if pn < {hi}:")
+    nest.depth += 1
     j = _sweep_loop(nest, last)
     _sweep_body(nest, last, cache, "cur", j)
     nest.params[q], nest.params[first.params[0][0]] = "pn", j
     _with_locals(nest, next_row, lambda: _sweep_body(nest, first, cache, "nxt", j))
     nest.params[q] = qname
-    nest.w.depth -= 2
-    nest.w.line("else:")
-    nest.w.depth += 1
+    nest.depth -= 2
+    nest.line("else:")
+    nest.depth += 1
     _statement(nest, last, cache, "cur")
-    nest.w.depth -= 2
+    nest.depth -= 2
 
 
 def _with_locals(nest: Nest, names: dict, print_fn) -> None:
@@ -221,7 +221,7 @@ def _with_locals(nest: Nest, names: dict, print_fn) -> None:
 def _statement(nest: Nest, stmt, cache: RowCache, buffer: str) -> None:
     if isinstance(stmt, MapNode):
         _sweep_body(nest, stmt, cache, buffer, _sweep_loop(nest, stmt))
-        nest.w.depth -= 1
+        nest.depth -= 1
     else:
         tasklet_line(nest, stmt)
 
@@ -230,8 +230,8 @@ def _sweep_loop(nest: Nest, s: MapNode) -> str:
     (p, r), = s.params
     name = f"p{len(nest.params)}"
     nest.params[p] = name
-    nest.w.line(f"for {name} in range({nest.bound(r.stop)}):")
-    nest.w.depth += 1
+    nest.line(f"for {name} in range({nest.bound(r.stop)}):")
+    nest.depth += 1
     return name
 
 
@@ -239,13 +239,13 @@ def _sweep_body(nest: Nest, s: MapNode, cache: RowCache, buffer: str, j: str) ->
     """Sweep ``s``'s statements at point ``j``: the first sweep stores the cached value in ``buffer``,
     the others read it from there instead of recomputing it."""
     first = s is cache.sweeps[0]
-    declare_locals(nest, s)
+    nest.declare_locals(s)
     for k, t in enumerate(s.body):
         if k < cache.length - 1 and not first:
             continue
         if k == cache.length - 1 and not first:
-            nest.w.line(f"{nest.locals[t.output.container][0]} = {buffer}[{j}]")
+            nest.line(f"{nest.locals[t.output.container][0]} = {buffer}[{j}]")
             continue
         tasklet_line(nest, t)
         if k == cache.length - 1:
-            nest.w.line(f"{buffer}[{j}] = {nest.locals[t.output.container][0]}")
+            nest.line(f"{buffer}[{j}] = {nest.locals[t.output.container][0]}")

@@ -36,7 +36,7 @@ from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
 from codegen.numba_cpu import rowcache
-from codegen.numba_cpu.loopnest import Nest, combine, declare_locals, identity_literal, scope, tasklet_line
+from codegen.numba_cpu.loopnest import Nest, scope, tasklet_line
 from codegen.program.kernel import accumulator_dtype, first_wcr, kernel_locals
 
 TILE = (32, 256)
@@ -134,35 +134,35 @@ def choose(m: MapNode) -> str:
 def _loop(nest: Nest, p: str, r: Range, loop: str = "range") -> None:
     name = f"p{len(nest.params)}"
     nest.params[p] = name
-    nest.w.line(f"for {name} in {loop}({nest.bound(r.stop)}):")
-    nest.w.depth += 1
+    nest.line(f"for {name} in {loop}({nest.bound(r.stop)}):")
+    nest.depth += 1
 
 
 def _tiled(nest: Nest, m: MapNode, parallel: bool) -> None:
-    depth = nest.w.depth
+    depth = nest.depth
     for k, (p, r) in enumerate(m.params[:-2]):
         _loop(nest, p, r, "prange" if parallel and k == 0 else "range")
     (pa, ra), (pb, rb) = m.params[-2:]
     na, nb = nest.bound(ra.stop), nest.bound(rb.stop)
     first = "prange" if parallel and len(m.params) == 2 else "range"
     ta, tb = TILE
-    nest.w.line(f"for ia in {first}(({na} + {ta - 1}) // {ta}):")     # prange needs unit steps
-    nest.w.line(f"    ba = ia * {ta}")
-    nest.w.line(f"    for bb in range(0, {nb}, {tb}):")
-    nest.w.depth += 2
+    nest.line(f"for ia in {first}(({na} + {ta - 1}) // {ta}):")     # prange needs unit steps
+    nest.line(f"    ba = ia * {ta}")
+    nest.line(f"    for bb in range(0, {nb}, {tb}):")
+    nest.depth += 2
     a, b = f"p{len(nest.params)}", f"p{len(nest.params) + 1}"
     nest.params[pa], nest.params[pb] = a, b
-    nest.w.line(f"for {a} in range(ba, min(ba + {ta}, {na})):")
-    nest.w.line(f"    for {b} in range(bb, min(bb + {tb}, {nb})):")
-    nest.w.depth += 2
-    declare_locals(nest, m)
+    nest.line(f"for {a} in range(ba, min(ba + {ta}, {na})):")
+    nest.line(f"    for {b} in range(bb, min(bb + {tb}, {nb})):")
+    nest.depth += 2
+    nest.declare_locals(m)
     for stmt in m.body:
         tasklet_line(nest, stmt)
-    nest.w.depth = depth
+    nest.depth = depth
 
 
 def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
-    depth = nest.w.depth
+    depth = nest.depth
     for p, r in m.params[:-1]:
         _loop(nest, p, r)
     q, rq = m.params[-1]
@@ -176,20 +176,20 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
         dt = accumulator_dtype(first.get(loc), c.dtype)
         nest.pre.append(f"{name} = np.empty({nq if whole else COLUMNS}, {dtypes.NUMPY_NAMES[dt]})")
         nest.locals[loc] = (f"{name}[{qv if whole else 'qi'}]", dt)
-        inits.append(f"{name}[:] = {identity_literal(first.get(loc), dt)}")
+        inits.append(f"{name}[:] = {nest.identity(first.get(loc), dt)}")
     nest.params[q] = qv
     split = parallel and whole
     if whole:
         for text in inits:
-            nest.w.line(text)
+            nest.line(text)
     else:
-        nest.w.line(f"for qb in range(0, {nq}, {COLUMNS}):")
-        nest.w.depth += 1
-        nest.w.line(f"qe = min(qb + {COLUMNS}, {nq})")
+        nest.line(f"for qb in range(0, {nq}, {COLUMNS}):")
+        nest.depth += 1
+        nest.line(f"qe = min(qb + {COLUMNS}, {nq})")
         for text in inits:
-            nest.w.line(text)
+            nest.line(text)
     for group in _runs(m.body):
-        inner = nest.w.depth
+        inner = nest.depth
         stmt = group[0]
         if split and isinstance(stmt, MapNode) and _row_split(nest, m, stmt, nq, qv):
             continue
@@ -197,20 +197,20 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
             for p, r in stmt.params:
                 _loop(nest, p, r)
         if whole:
-            nest.w.line(f"for {qv} in range({nq}):")
+            nest.line(f"for {qv} in range({nq}):")
         else:
-            nest.w.line(f"for {qv} in range(qb, qe):")
-            nest.w.line(f"    qi = {qv} - qb")
-        nest.w.depth += 1
+            nest.line(f"for {qv} in range(qb, qe):")
+            nest.line(f"    qi = {qv} - qb")
+        nest.depth += 1
         if isinstance(stmt, MapNode):
-            declare_locals(nest, stmt)
+            nest.declare_locals(stmt)
             for t in stmt.body:
                 tasklet_line(nest, t)
         else:
             for t in group:
                 tasklet_line(nest, t)
-        nest.w.depth = inner
-    nest.w.depth = depth
+        nest.depth = inner
+    nest.depth = depth
 
 
 def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool:
@@ -239,7 +239,7 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
             return False
     if not acc or read & set(acc):
         return False
-    depth, saved = nest.w.depth, {}
+    depth, saved = nest.depth, {}
     stop = nest.bound(sweep.params[0][1].stop)
     k = sum(line.startswith("nch") for line in nest.pre)      # this kernel's k-th split sweep
     nch = f"nch{k}"
@@ -254,35 +254,33 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
         nest.pre.append(f"{part} = np.empty(({ROW_CHUNKS}, {nq}), {dtypes.NUMPY_NAMES[dt]})")
         saved[c] = (nest.locals.get(c), name, part)
         nest.locals[c] = (f"{part}[ck, {qv}]", dt)
-    nest.w.line(f"for ck in prange({nch}):")
-    nest.w.depth += 1
+    nest.line(f"for ck in prange({nch}):")
+    nest.depth += 1
     for c, wcr in acc.items():
-        nest.w.line(f"{saved[c][2]}[ck, :] = {identity_literal(wcr, nest.locals[c][1])}")
+        nest.line(f"{saved[c][2]}[ck, :] = {nest.identity(wcr, nest.locals[c][1])}")
     (p, _), *rest = sweep.params
     nest.params[p] = f"p{len(nest.params)}"
-    nest.w.line(f"for {nest.params[p]} in range(ck * {stop} // {nch}, (ck + 1) * {stop} // {nch}):")
-    nest.w.depth += 1
+    nest.line(f"for {nest.params[p]} in range(ck * {stop} // {nch}, (ck + 1) * {stop} // {nch}):")
+    nest.depth += 1
     for p2, r2 in rest:
         _loop(nest, p2, r2)
-    nest.w.line(f"for {qv} in range({nq}):")
-    nest.w.depth += 1
-    declare_locals(nest, sweep)
+    nest.line(f"for {qv} in range({nq}):")
+    nest.depth += 1
+    nest.declare_locals(sweep)
     for t in sweep.body:
         tasklet_line(nest, t)
-    nest.w.depth = depth
+    nest.depth = depth
     for c, (before, name, part) in saved.items():
         if before is None:
             del nest.locals[c]
         else:
             nest.locals[c] = before
         new = f"{part}[ck, {qv}]"
-        value = combine(nest, acc[c], name, new)
-        nest.w.line(f"for ck in range({nch}):")
-        nest.w.line(f"    for {qv} in range({nq}):")
-        nest.w.line(f"        {name} = {value}")
+        value = nest.combine(acc[c], name, new)
+        nest.line(f"for ck in range({nch}):")
+        nest.line(f"    for {qv} in range({nq}):")
+        nest.line(f"        {name} = {value}")
     return True
-
-
 
 
 def _points(params, nest: Nest) -> int:

@@ -2,11 +2,11 @@
 
 The contract: a backend is a ``render(map, graph) -> KernelSource`` (``backend.Backend``).
 ``KernelSource`` names the kernel (``kernel_name``: what it fuses, then the hash of its text),
-holds its text and says how the program calls it: ``K.<name>(arrays…, extents…)`` with ``arrays`` the global containers in
-order of first access and ``outputs`` the ones it writes, each allocated by the caller as
-``init`` says. A backend adds its own fields in a subclass (CUDA: ``cupy_cuda.launch.CudaKernel``).
-A map a backend cannot render raises ``UnsupportedMap`` (the program then keeps the
-reference executor for it, and an export refuses it naming the node).
+holds its text and says how the program calls it: ``K.<name>(arrays…, extents…)`` with ``arrays``
+the global containers in order of first access and ``outputs`` the ones it writes, each allocated
+by the caller as ``init`` says. A backend adds its own fields in a subclass (CUDA:
+``cupy_cuda.launch.CudaKernel``). A map a backend cannot render raises ``UnsupportedMap`` (the
+program then keeps the reference executor for it, and an export refuses it naming the node).
 
 The analysis half (backend-neutral, on the IR):
 

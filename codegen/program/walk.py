@@ -1,0 +1,103 @@
+"""The state of one kernel being printed, shared by every backend's renderer.
+
+A renderer walks a top-level ``MapNode`` and prints it line by line. What that walk keeps is the
+same in every backend, so it lives here once (``KernelWalk``); a backend subclasses it with its
+``Dialect`` (indent, literals, how a local is declared) and adds what only it does (numba: hoisting
+and ``prange`` schedules; CUDA: thread parameters, block reductions and atomics):
+
+- ``arrays``: global containers in order of first access, named ``a0, a1, …`` (``collect``, which also
+  lists ``written`` and refuses a map that is not loop-safe, ``kernel.check_loop_safe``);
+- ``extents``: loop extents passed as arguments ``n0, n1, …``; ``params``: IR param → printed name;
+- ``locals``: IR local → (printed name, dtype), declared at the identity of their first write's wcr
+  (``declare_locals``, ``identity``);
+- ``combine``: how a wcr folds a new value into an accumulator, spelled the same in every backend
+  (NaN-propagating ``dcs_max``/``dcs_min``; each backend defines them, numba as helpers it adds);
+- ``lines``/``depth``/``line``: the printed body.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals
+from ir.graph import Graph
+from ir.memlet import Wcr
+from ir.nodes import MapNode, Tasklet
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What a backend's kernel text looks like, in a few entries."""
+
+    indent: str                                   # one level of the body
+    literal: Callable[[object, str], str]         # a constant of a dtype
+    declare: Callable[[str, str, str], str]       # (name, dtype, initial value) -> the declaring line
+    helper_combines: bool = False                 # max/min combines call helpers the kernel module defines
+
+
+class KernelWalk:
+    """State of one kernel being printed (see the module docstring)."""
+
+    dialect: Dialect
+
+    def __init__(self, m: MapNode, graph: Graph) -> None:
+        self.m, self.graph = m, graph
+        self.local_names = kernel_locals(m)
+        self.arrays: dict[str, str] = {}                 # container -> a<k>
+        self.written: list[str] = []
+        self.extents: list[int] = []
+        self.params: dict[str, str] = {}                 # IR param -> printed name
+        self.locals: dict[str, tuple[str, str]] = {}     # IR local -> (printed name, dtype)
+        self.helpers: set[str] = set()
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def line(self, text: str) -> None:
+        self.lines.append(self.dialect.indent * self.depth + text)
+
+    def array(self, container: str) -> str:
+        if container not in self.arrays:
+            self.arrays[container] = f"a{len(self.arrays)}"
+        return self.arrays[container]
+
+    def collect(self) -> None:
+        """Number the global containers (first access order, inputs before the output of each
+        tasklet), list the written ones, and check loop safety."""
+        for node, _ in self.m.walk():
+            if not isinstance(node, Tasklet):
+                continue
+            for mem in list(node.inputs.values()) + [node.output]:
+                if mem.container not in self.local_names:
+                    self.array(mem.container)
+            out = node.output.container
+            if out not in self.local_names and out not in self.written:
+                self.written.append(out)
+        check_loop_safe(self.m, set(self.written), self.local_names)
+
+    def identity(self, wcr: str | None, dt: str) -> str:
+        """An accumulator's initial value: the wcr's identity (``ir.memlet.Wcr``), 0 without one."""
+        return self.dialect.literal(0 if wcr is None else Wcr(wcr).identity(dt), dt)
+
+    def combine(self, wcr: str | None, old: str, new: str) -> str:
+        """``new`` folded into ``old`` by ``wcr`` (max and min NaN-propagating, as ``np.maximum``)."""
+        if wcr is None:
+            return new
+        if wcr in ("max", "min"):
+            if self.dialect.helper_combines:
+                self.helpers.add(f"dcs_{wcr}")
+            return f"dcs_{wcr}({old}, {new})"
+        return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
+
+    def local(self, loc: str, dtype: str, wcr: str | None) -> tuple[str, str]:
+        """The printed name and type of local ``loc`` (of IR ``dtype``, first written with ``wcr``)."""
+        raise NotImplementedError
+
+    def declare_locals(self, m: MapNode) -> None:
+        """``m``'s locals, each declared at its initial value."""
+        first = first_wcr(m)
+        for loc, c in m.locals.items():
+            if c.shape != ():
+                raise UnsupportedMap(f"local '{loc}' has shape {list(c.shape)}; only scalar locals are supported")
+            name, dt = self.local(loc, c.dtype, first.get(loc))
+            self.locals[loc] = (name, dt)
+            self.line(self.dialect.declare(name, dt, self.identity(first.get(loc), dt)))
