@@ -21,7 +21,10 @@ The module (the ``model.py`` of an exported package; a cached file in-process) h
   (``buffers``: allocated once per ``Model``, reused every step) and every intermediate
   name is dropped (``x = None``) right after its last use; it returns
   ``{output name: array}`` (outputs are fresh arrays, or the recycled buffers ``R``);
-- ``_forward``: the same with only the kernels the loss needs;
+- ``_forward``: the same with only the kernels the loss needs. ``_step`` runs those first
+  (``module_plan.loss_first``), so they are printed once, as ``_step_forward``, which ``_step``
+  and ``_forward`` both call; only a schedule that pairs a loss statement with a backward one
+  gives ``_forward`` statements and a buffer plan of its own;
 - ``Model = _runtime.bind(globals())``: the training object of ``codegen.program.runtime``
   (a copy of it, ``_runtime.py``, in a package), with weights and default inputs (``W``, from
   ``weights.npz`` or given); in a package ``PREDICT`` is its eval program ``predict.py`` (the same
@@ -38,6 +41,7 @@ from codegen.program.buffers import Plan
 from codegen.program.kernel import HALF_FLOATS
 from codegen.program.namespace import comment, literal
 from codegen.program.program import Alloc, Program
+from codegen.program.statement import Statement
 from codegen.program.module_plan import FunctionPlan, ModulePlan, plan_module
 from codegen.program.schedule import Schedule
 from codegen.program.training import training_table
@@ -157,20 +161,61 @@ def _memory_constants(slots: Plan) -> str:
 
 
 def _function(prog: Program, name: str, fplan: FunctionPlan, schedule: Schedule | None) -> list[str]:
-    """``def name(W, B, R, <inputs>)``: the steps in order; a step of several statements (or, with a
-    schedule, one grouped GEMM) allocates their outputs, then runs each part as a closure side by
-    side (``L.parallel``)."""
+    """``def name(W, B, R, <inputs>)``: the steps in order, returning ``{output: array}``."""
+    steps = [st for step in fplan.steps for st in step]
+    items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in fplan.outputs)
+    return ([_signature(prog, name)] + _weights(prog, steps, fplan.outputs) +
+            _steps(prog, fplan.steps, fplan.frees, fplan.slots, schedule) + [f"    return {{{items}}}"])
+
+
+def _shared_functions(prog: Program, plan: ModulePlan) -> list[str]:
+    """``_step_forward`` (the step's first ``plan.shared`` steps, returning the values alive after them),
+    ``_step`` (it, then the rest) and ``_forward`` (it, then the loss): the loss's statements once."""
+    step, n = plan.step, plan.shared
+    first = [st for s in step.steps[:n] for st in s]
+    rest = [st for s in step.steps[n:] for st in s]
+    freed = {c for free in step.frees[:n] for c in free}
+    alive = [c for c in dict.fromkeys(c for st in first for c in st.writes) if c not in freed]
+    values = "(" + ", ".join(prog.var(c) for c in alive) + ("," if len(alive) == 1 else "") + ")"
+    reads = {c for st in first for c in st.reads}
+    inputs = [c for c in prog.graph.inputs if c in reads]
+    call = ", ".join(["W", "B", "{R}"] + [prog.var(c) for c in inputs])
+    head = ([_signature(prog, "_step_forward", inputs), '    """The statements of the step up to the loss: _step and '
+             '_forward both run them."""'] + _weights(prog, first, []) +
+            _steps(prog, step.steps[:n], step.frees[:n], step.slots, plan.schedule) + [f"    return {values}"])
+    items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in step.outputs)
+    body = ([_signature(prog, "_step"), f"    saved = _step_forward({call.format(R='R')})", f"    {values} = saved"] +
+            _weights(prog, rest, [c for c in step.outputs if c not in alive]) +
+            _steps(prog, step.steps[n:], step.frees[n:], step.slots, plan.schedule) +
+            [f"    return {{{items}}}"])
+    loss = ", ".join(f"{literal(c)}: saved[{alive.index(c)}]" for c in plan.forward.outputs)
+    doc = '    """The loss: the step\'s first statements, on its buffers (the outputs are fresh arrays)."""'
+    forward = [_signature(prog, "_forward"), doc, f"    saved = _step_forward({call.format(R='None')})",
+               f"    return {{{loss}}}"]
+    return head + ["", ""] + body + ["", ""] + forward
+
+
+def _signature(prog: Program, name: str, inputs: list[str] | None = None) -> str:
+    names = [prog.var(c) for c in (prog.graph.inputs if inputs is None else inputs)]
+    return f"def {name}({', '.join(['W', 'B', 'R'] + names)}):"
+
+
+def _weights(prog: Program, statements: list[Statement], outputs: list[str]) -> list[str]:
+    """``x = W['x']`` for every value (weight, constant) ``statements`` read or ``outputs`` return."""
     g = prog.graph
-    steps, outputs, slots = fplan.steps, fplan.outputs, fplan.slots
+    used = {c for st in statements for c in st.reads} | set(outputs)
+    return [f"    {prog.var(c)} = W[{literal(prog.var(c))}]" for c in g.values if c in used and c not in g.inputs]
+
+
+def _steps(prog: Program, steps: list[list[Statement]], frees: list[list[str]], slots: Plan,
+           schedule: Schedule | None) -> list[str]:
+    """The steps in order, each intermediate dropped after its last use; a step of several statements
+    (or, with a schedule, one grouped GEMM) allocates their outputs, then runs each part as a closure
+    side by side (``L.parallel``)."""
     index = {id(st): k for k, st in enumerate(prog.statements)}
     split = schedule.split if schedule is not None else set()   # grouped GEMMs run member by member
-    params = ", ".join(["W", "B", "R"] + [prog.var(c) for c in g.inputs])
-    lines = [f"def {name}({params}):"]
-    used = {c for step in steps for st in step for c in st.reads} | set(outputs)
-    for c in g.values:
-        if c in used and c not in g.inputs:
-            lines.append(f"    {prog.var(c)} = W[{literal(prog.var(c))}]")
-    for step, free in zip(steps, fplan.frees):
+    lines = []
+    for step, free in zip(steps, frees):
         for st in step:
             lines.append("    " + st.head)
             lines += ["    " + alloc_line(prog, a, slots) for a in st.allocs]
@@ -185,8 +230,6 @@ def _function(prog: Program, name: str, fplan: FunctionPlan, schedule: Schedule 
             lines.append(f"    L.parallel({', '.join(f'_p{k}' for k in range(len(tasks)))})")
         if free:
             lines += none_lines([prog.var(c) for c in sorted(free)], "    ")
-    items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in outputs)
-    lines.append(f"    return {{{items}}}")
     return lines
 
 
@@ -233,20 +276,33 @@ def module_text(prog: Program, *, mode: str, doc: str, header: str = "", extra: 
     step_plan = plan.step.slots
     parts = [f'"""{doc}"""\n' + header, imports,
              _interface(prog, step_plan), memory_comment(prog, step_plan) + _memory_constants(step_plan),
-             _schedule_text(prog, plan.schedule), "\n".join(prog.tables) + ("\n" if prog.tables else ""),
-             "\n".join(_function(prog, "_step", plan.step, plan.schedule)) + "\n"]
-    if mode != "predict":
-        fwd, fwd_plan = plan.forward.outputs, plan.forward.slots
-        parts[2] += (f"FORWARD_OUTPUTS = {literal(tuple(fwd))}\nUPDATES = {literal(tuple(updates(prog)))}\n"
-                     f"TRAINING = {literal(training_table(g))}\n_FORWARD_SLOTS = {literal(tuple(fwd_plan.slots))}\n"
-                     f"_FORWARD_OUT_SLOTS = {literal(tuple(fwd_plan.out_slots))}\n" + RUNTIME[mode][1] +
-                     ("from . import predict as PREDICT\n" if predict else "PREDICT = None\n" if mode == "export" else ""))
-        parts.append("\n".join(_function(prog, "_forward", plan.forward, plan.schedule)) + "\n")
+             _schedule_text(prog, plan.schedule), "\n".join(prog.tables) + ("\n" if prog.tables else "")]
+    if mode == "predict":
+        parts.append("\n".join(_function(prog, "_step", plan.step, plan.schedule)) + "\n")
+    else:
+        package = "from . import predict as PREDICT\n" if predict else "PREDICT = None\n" if mode == "export" else ""
+        parts[2] += (f"FORWARD_OUTPUTS = {literal(tuple(plan.forward.outputs))}\n"
+                     f"UPDATES = {literal(tuple(updates(prog)))}\nTRAINING = {literal(training_table(g))}\n"
+                     + _forward_slots(plan) + RUNTIME[mode][1] + package)
+        functions = _shared_functions(prog, plan) if plan.shared else (
+            _function(prog, "_step", plan.step, plan.schedule) + ["", ""] +
+            _function(prog, "_forward", plan.forward, plan.schedule))
+        parts.append("\n".join(functions) + "\n")
     parts.append(extra)
     doc_line, rest = parts[0].split("\n", 1)
     parts[0] = doc_line + "\n" + wrap_text(rest)             # the docstring is one line of its own
     parts[1:] = [wrap_text(p) for p in parts[1:]]             # code and comments: lines of at most 120
     return "\n\n".join(p for p in parts if p) + LOAD_WEIGHTS[mode] + (MODEL if mode != "predict" else "")
+
+
+def _forward_slots(plan: ModulePlan) -> str:
+    """``_forward``'s buffers: the step's when it runs the step's first statements (``Model.loss`` then
+    uses the step's pool), else its own plan's."""
+    if plan.shared:
+        return ("_FORWARD_SLOTS = _SLOTS  # _forward runs _step's first statements, on its buffers\n"
+                "_FORWARD_OUT_SLOTS = ()\n")
+    return (f"_FORWARD_SLOTS = {literal(tuple(plan.forward.slots.slots))}\n"
+            f"_FORWARD_OUT_SLOTS = {literal(tuple(plan.forward.slots.out_slots))}\n")
 
 
 def _interface(prog: Program, step_plan: Plan) -> str:

@@ -3,7 +3,9 @@
 For ``_step`` and ``_forward``: the steps (statements in order; a step of several runs them side by side
 where the fork-join ``schedule`` pairs them), the outputs, the buffer plan (the recorded ``memory_reuse``
 buffers the function can honour, the rest greedily: ``buffers.plan``) and, per step, the intermediates whose
-last use it is (dropped right after it)."""
+last use it is (dropped right after it). ``_step`` computes the loss first (its statements need nothing
+else, so any order that puts them first is the same step); ``_forward`` then shares those statements with
+``_step`` instead of repeating them (``shared``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,16 +35,35 @@ class ModulePlan:
     step: FunctionPlan
     forward: FunctionPlan | None
     schedule: Schedule | None = None
+    shared: int = 0
+    """How many leading steps of ``step`` ``_forward`` runs as they are (both call ``_step_forward``, on the
+    step's buffers); 0 when ``_forward`` has statements and a buffer plan of its own."""
 
 
 def plan_module(prog: Program, schedule: Schedule | None = None, *, forward: bool = True) -> ModulePlan:
     """The plan of ``prog``'s module; ``schedule``: steps that run side by side (``schedule.fork_join``)."""
-    step = _function(prog, units(prog.statements, schedule), list(prog.graph.outputs))
-    fwd = None
-    if forward:
-        outputs = forward_outputs(prog)
-        fwd = _function(prog, units(prog.statements, schedule, keep=needed(prog, outputs)), outputs)
-    return ModulePlan(step, fwd, schedule)
+    steps = units(prog.statements, schedule)
+    if not forward:
+        return ModulePlan(_function(prog, steps, list(prog.graph.outputs)), None, schedule)
+    outputs = forward_outputs(prog)
+    keep = needed(prog, outputs)
+    steps, shared = loss_first(steps, keep)
+    step = _function(prog, steps, list(prog.graph.outputs))
+    if shared:
+        return ModulePlan(step, FunctionPlan(steps[:shared], outputs, step.slots, step.frees[:shared]),
+                          schedule, shared)
+    return ModulePlan(step, _function(prog, units(prog.statements, schedule, keep=keep), outputs), schedule)
+
+
+def loss_first(steps: list[list[Statement]], keep: list[Statement]) -> tuple[list[list[Statement]], int]:
+    """``steps`` with those that compute the loss (``keep``, closed under what they read) first, in their
+    order, and how many they are: ``_forward`` runs just those. A step holding a statement the loss needs
+    and one it does not stays where it is, and the count is 0 (``_forward`` then has its own plan)."""
+    want = {id(st) for st in keep}
+    first = [step for step in steps if any(id(st) in want for st in step)]
+    if any(id(st) not in want for step in first for st in step):
+        return steps, 0
+    return first + [step for step in steps if not any(id(st) in want for st in step)], len(first)
 
 
 def _function(prog: Program, steps: list[list[Statement]], outputs: list[str]) -> FunctionPlan:

@@ -55,7 +55,7 @@ LIBRARY_CALLS = {("", "Conv"): "L.conv", ("", "ConvTranspose"): "L.conv_transpos
 # _step's and the profiler's _step_timed's parameters, module constants, the panel loops' variable
 RESERVED = ("W", "B", "R", "K", "L", "np", "os", "math", "EXTERN", "OpContext", "Model", "INPUTS", "OUTPUTS",
             "FORWARD_OUTPUTS", "UPDATES", "WORKERS", "SCHEDULE", "ARENA_BYTES", "SLOT_OF", "SHARED_BUFFERS",
-            "T", "S", "P", "SKIP", "ERR", "lo")
+            "T", "S", "P", "SKIP", "ERR", "lo", "saved", "_step_forward")
 
 
 @dataclass

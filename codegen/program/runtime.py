@@ -169,7 +169,8 @@ class Model:
     def loss(self, **inputs):
         """Only the kernels the loss (the step's non-training outputs) needs; nothing is updated."""
         P = self.P
-        return P.L.run(P._forward, self.weights, self._pool("forward", P._FORWARD_SLOTS),
+        which = "step" if P._FORWARD_SLOTS is P._SLOTS else "forward"   # _forward runs _step's first statements
+        return P.L.run(P._forward, self.weights, self._pool(which, P._FORWARD_SLOTS),
                        self._outputs("forward", P._FORWARD_OUT_SLOTS), self._args(inputs))
 
     def forward(self, **data):

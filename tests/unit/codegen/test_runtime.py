@@ -114,6 +114,20 @@ def test_state_dict_round_trip_and_refusals(package, tmp_path):
     assert again.step_count == 2 and again.seed == 3
 
 
+def test_the_loss_is_the_steps_first_statements_printed_once(package):
+    """``_step`` computes the loss first (``module_plan.loss_first``): ``_forward`` calls the same
+    ``_step_forward`` on the step's buffers, so the loss is the step's to the bit and no second pool is made."""
+    _, mod, res = package
+    P, m, batch = mod.model, mod.Model(), mlp_batch()
+    assert P._FORWARD_SLOTS is P._SLOTS and P._FORWARD_OUT_SLOTS == ()
+    text = (res.path / "model.py").read_text()
+    assert text.count("saved = _step_forward(") == 2 and text.count("def _step_forward(") == 1
+    loss = m.loss(**batch)
+    assert np.array_equal(loss["loss"], m.step(**batch)["loss"])
+    assert np.array_equal(loss["loss"], m.loss(**batch)["loss"])
+    assert "forward" not in m._pools and "step" in m._pools
+
+
 def test_forward_is_the_eval_prediction_and_export_onnx_writes_it(package, tmp_path):
     from codegen.oracle import Oracle
     graph, mod, _ = package

@@ -155,3 +155,14 @@ def test_names_never_take_the_step_parameters():
     g = import_proto(model(nodes, [vi("B", [4])], [vi("R", [4])]))
     prog = program(g)
     assert {prog.var(c) for c in ("B", "B_output_0", "R")}.isdisjoint({"W", "B", "R", "T", "S", "P"})
+
+
+def test_the_loss_runs_first_unless_a_step_pairs_it_with_the_backward():
+    """``loss_first`` moves the steps the loss needs ahead of the rest (in order); a step that pairs one of
+    them with a backward statement keeps the order, and ``_forward`` then gets a plan of its own (0)."""
+    from codegen.program.module_plan import loss_first
+    fwd, grad, loss = _st(0, ("x",), ("h",)), _st(1, ("h",), ("dh",)), _st(2, ("h",), ("loss",))
+    steps, shared = loss_first([[fwd], [grad], [loss]], [fwd, loss])
+    assert steps == [[fwd], [loss], [grad]] and shared == 2
+    paired = [[fwd], [grad, loss]]
+    assert loss_first(paired, [fwd, loss]) == (paired, 0)
