@@ -16,6 +16,7 @@ and ``prange`` schedules; CUDA: thread parameters, block reductions and atomics)
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,7 +36,7 @@ class Dialect:
     helper_combines: bool = False                 # max/min combines call helpers the kernel module defines
 
 
-class KernelWalk:
+class KernelWalk(ABC):
     """State of one kernel being printed (see the module docstring)."""
 
     dialect: Dialect
@@ -88,9 +89,9 @@ class KernelWalk:
             return f"dcs_{wcr}({old}, {new})"
         return f"{old} {'+' if wcr == 'sum' else '*'} {new}"
 
+    @abstractmethod
     def local(self, loc: str, dtype: str, wcr: str | None) -> tuple[str, str]:
         """The printed name and type of local ``loc`` (of IR ``dtype``, first written with ``wcr``)."""
-        raise NotImplementedError
 
     def declare_locals(self, m: MapNode) -> None:
         """``m``'s locals, each declared at its initial value."""
