@@ -18,7 +18,8 @@ pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 from codegen.export.package import export_package, mismatches  # noqa: E402
 from codegen.numba_cpu import kernel_cache  # noqa: E402
 from codegen.program.module import ir_arena  # noqa: E402
-from codegen.program.module_plan import function_plan  # noqa: E402
+from codegen.program.module_plan import plan_module  # noqa: E402
+from codegen.program.schedule import fork_join  # noqa: E402
 from codegen.numba_cpu.backend import program as build_program  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from ir import memory  # noqa: E402
@@ -30,8 +31,10 @@ CASE = "ort/bert_layer_small/train_step_adamw"
 
 
 def _step_plan(graph):
+    """The program and its step's buffer plan, as ``export_package`` plans the module (its default two
+    workers' fork-join schedule, the loss first)."""
     prog = build_program(graph)
-    return prog, function_plan(prog, prog.statements, list(prog.graph.outputs))
+    return prog, plan_module(prog, fork_join(prog, 2)).step.slots
 
 
 def test_bert_small_step_honours_the_whole_graph_plan(fixtures_dir, tmp_path):
