@@ -4,6 +4,7 @@ kernel and reference kernel, and the outputs it fills, counted while it runs und
 of ``codegen.program.panels``; after the recipe they are within 5 % of the bytes as fused."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,26 +17,35 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "resources" / "examples"
 
 class _Counter:
     """Bytes of the arrays the step passes, under the cache model ``codegen.program.panels`` states:
-    a product a BLAS call writes (``out=``) and the next kernel call reads, at most a panel, moves
-    nothing; inside a panel loop (``L.panels``) every distinct array counts once."""
+    a product a BLAS call writes (``out=``) and the next kernel call of the same statement (its
+    epilogue) reads, at most a panel, moves nothing; inside a panel loop (``L.panels``) every distinct
+    array counts once. The statement of a call is the node id above its line (``module.line_map``)."""
 
-    def __init__(self, panel_bytes):
-        self.total, self.panel_bytes = 0, panel_bytes
-        self.pending = None            # the last BLAS product, not counted yet
+    def __init__(self, panel_bytes, lines):
+        self.total, self.panel_bytes, self.lines = 0, panel_bytes, lines
+        self.pending = None            # the last BLAS product and its statement, not counted yet
         self.seen = None               # arrays counted in the running panel loop
 
-    def count(self, arrays, out=None):
+    def statement(self):
+        """The node id of the generated line that made the current call (two frames up: this, the
+        counting wrapper, the module)."""
+        node = self.lines.get(sys._getframe(2).f_lineno)
+        assert node is not None, "a counted call outside the generated step"
+        return node
+
+    def count(self, arrays, out=None, statement=None):
         pending, self.pending = self.pending, None
         if pending is not None:
-            if pending.nbytes <= self.panel_bytes and any(a is pending for a in arrays):
-                arrays = [a for a in arrays if a is not pending]
+            product, at = pending
+            if product.nbytes <= self.panel_bytes and at == statement and any(a is product for a in arrays):
+                arrays = [a for a in arrays if a is not product]
                 if self.seen is not None:
-                    self.seen.add(_key(pending))
+                    self.seen.add(_key(product))
             else:
-                self.add(pending)
+                self.add(product)
         for a in arrays:
             self.add(a)
-        self.pending = out
+        self.pending = None if out is None else (out, statement)
 
     def add(self, a):
         if self.seen is not None:
@@ -66,7 +76,7 @@ def _counting(target, name, counter, result=False, blas=False):
         if product is not None and not blas:
             arrays.append(product)
             product = None
-        counter.count(arrays, product)
+        counter.count(arrays, product, counter.statement())
         return out
     return fn, call
 
@@ -78,7 +88,7 @@ def _filling(target, name, counter):
         out = fn(*args, **kw)
         kind = args[3] if name == "view" and len(args) > 3 else args[2] if name == "alloc" and len(args) > 2 else "empty"
         if kind != "empty":
-            counter.count([out])
+            counter.count([out], statement=counter.statement())
         return out
     return fn, call
 
@@ -107,7 +117,8 @@ def test_the_static_count_is_what_the_step_calls():
     feeds = feeds_for(graph)
     cg.run(feeds)
     from codegen.program.panels import PANEL_BYTES
-    counted = _Counter(PANEL_BYTES)
+    from codegen.program.module import line_map
+    counted = _Counter(PANEL_BYTES, line_map(Path(cg.module.__file__).read_text()))
     saved = {}
     for name in ("matmul", "gemm", "fused_matmul", "einsum"):
         saved[name], wrapped = _counting(L, name, counted, blas=True)
