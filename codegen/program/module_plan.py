@@ -48,6 +48,8 @@ def plan_module(prog: Program, schedule: Schedule | None = None, *, forward: boo
     outputs = forward_outputs(prog)
     keep = needed(prog, outputs)
     steps, shared = loss_first(steps, keep)
+    if not set(outputs) <= {c for st in keep for c in st.writes}:
+        shared = 0                      # a loss output no statement writes (an initializer passed through)
     step = _function(prog, steps, list(prog.graph.outputs))
     if shared:
         return ModulePlan(step, FunctionPlan(steps[:shared], outputs, step.slots, step.frees[:shared]),

@@ -166,3 +166,19 @@ def test_the_loss_runs_first_unless_a_step_pairs_it_with_the_backward():
     assert steps == [[fwd], [loss], [grad]] and shared == 2
     paired = [[fwd], [grad, loss]]
     assert loss_first(paired, [fwd, loss]) == (paired, 0)
+
+
+def test_a_loss_output_no_statement_writes_keeps_forward_separate(tmp_path):
+    """A gradient graph (no plain outputs: every output is the 'loss') that also returns an initializer
+    as it is: no statement writes it, so ``_forward`` keeps its own plan and returns it from ``W``."""
+    from onnx import numpy_helper
+    two = numpy_helper.from_array(np.array([2.0, 2.0, 2.0], np.float32), "two")
+    m = model([helper.make_node("Mul", ["x", "two"], ["x_grad"])], [vi("x", [3])],
+              [vi("x_grad", [3]), vi("two", [3])], [two])
+    g = import_proto(m)
+    pkg = load_package(export_package(g, tmp_path / "grad_pkg", inputs=feeds_for(g)).path)
+    assert "def _step_forward(" not in (tmp_path / "grad_pkg" / "model.py").read_text()
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    out = pkg.Model().loss(x=x)
+    np.testing.assert_array_equal(out["x_grad"], 2 * x)
+    np.testing.assert_array_equal(out["two"], [2.0, 2.0, 2.0])
