@@ -1,6 +1,6 @@
 """Tasklet expressions as typed numba scalar code.
 
-``ExprPrinter`` prints an ``ir.expr`` tree as Python source for an ``@njit`` kernel,
+``NumbaExpr`` prints an ``ir.expr`` tree as Python source for an ``@njit`` kernel,
 following the reference semantics (``ir.expr.evaluate`` on NumPy arrays, every value
 strongly typed):
 
@@ -15,8 +15,8 @@ strongly typed):
   reciprocal; integer ``div`` truncates toward zero like the reference (``_idiv``).
 
 ``helpers`` collects the helper functions a printed expression calls, so the kernel
-module can define them. The printer follows ``ir.expr.to_text``'s recursion with types and
-fast forms added.
+module can define them. The walk is ``program.expr_print``'s, shared with the CUDA printer;
+``NumbaExpr`` is its tables plus types and the fast forms.
 """
 from __future__ import annotations
 
@@ -27,14 +27,13 @@ import numpy as np
 
 from codegen.numba_cpu import halfbits
 from codegen.numba_cpu.fastmath import FAST_FUNCTIONS
+from codegen.program.expr_print import INFIX_TEMPLATES, ExprPrinter, UnsupportedExpr
 from ir import dtypes
 from ir import expr as E
 
 _BOOL_UNARY = frozenset({"not", "isnan", "isinf"})
 _SAME_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round"})
 _BOOL_BINARY = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"})
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_ARITH = {"add": "+", "sub": "-", "mul": "*"}
 _NP_UNARY = {"floor": "np.floor", "ceil": "np.ceil", "sign": "np.sign", "round": "np.rint",
              "isnan": "np.isnan", "isinf": "np.isinf", "sqrt": "np.sqrt", "log1p": "np.log1p",
              "expm1": "np.expm1", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
@@ -54,16 +53,6 @@ COMBINE_SOURCES = {
 """Max and min, NaN-propagating as ``np.maximum``/``np.minimum`` (numba's ``max`` drops a NaN, as C's ``fmax``
 does): the CUDA prelude's ``dcs_max``/``dcs_min``. A combine passes the accumulator as ``a``: testing the new
 value for NaN, not the accumulator, keeps a row-max loop 1.15x the time of ``max`` (1.9x the other way)."""
-
-
-def max_min(helpers: set, op: str, a: str, b: str) -> str:
-    """``op`` ("max" or "min") of ``a`` and ``b`` through its ``COMBINE_SOURCES`` helper, added to ``helpers``."""
-    helpers.add(f"dcs_{op}")
-    return f"dcs_{op}({a}, {b})"
-
-
-class UnsupportedExpr(ValueError):
-    """An expression the CPU kernel printer cannot type or print."""
 
 
 def promote(a: str, b: str) -> str:
@@ -113,26 +102,30 @@ def gelu_operand(e: E.Expr) -> E.Expr | None:
     return None
 
 
-_POWERS = {"same": "{a}", "square": "({a} * {a})", "cube": "({a} * {a} * {a})", "sqrt": "np.sqrt({a})",
-           "reciprocal": "({one} / {a})"}     # ``E.POWERS``: pow by a constant float
-
-
-class ExprPrinter:
+class NumbaExpr(ExprPrinter):
     """Prints expressions whose ``Var``s are typed by ``types`` and named by ``names``."""
+
+    UNARY = {"neg": "(-{a})", "not": "(not {a})", "abs": "abs({a})",
+             **{op: f"{fn}({{a}})" for op, fn in _NP_UNARY.items()}}
+    UNARY_FALLBACK = "math.{op}({a})"
+    BINARY = {**INFIX_TEMPLATES, "pow": "({a} ** {b})", "fmod": "np.fmod({a}, {b})",
+              "max": "dcs_max({a}, {b})", "min": "dcs_min({a}, {b})"}
+    HELPERS = {"max": "dcs_max", "min": "dcs_min"}     # ``COMBINE_SOURCES``
+    POWERS = {"same": "{a}", "square": "({a} * {a})", "cube": "({a} * {a} * {a})", "sqrt": "np.sqrt({a})",
+              "reciprocal": "({one} / {a})"}
+    SELECT = "({a} if {cond} else {b})"
 
     def __init__(self, types: Mapping[str, str], names: Mapping[str, str], fast: bool = True,
                  zero: str | None = None) -> None:
+        super().__init__(names)
         self.types = types
-        self.names = names
         self.fast = fast
         self.zero = zero          # the kernel's opaque float32 zero, passed to fastmath forms
-        self.helpers: set[str] = set()
 
     def _fast_call(self, helper: str, arg: str) -> str:
         self.helpers.add(helper)
         return f"{helper}({arg}, {self.zero})" if self.zero else f"{helper}({arg})"
 
-    # --- types ------------------------------------------------------------------------
     def dtype(self, e: E.Expr) -> str:
         if isinstance(e, E.Const):
             return e.dtype
@@ -150,24 +143,14 @@ class ExprPrinter:
             if e.op in _SAME_UNARY or is_float(a):
                 return a
             return "float64"
-        if isinstance(e, E.Bin):
-            if e.op in _BOOL_BINARY:
-                return "bool"
-            return promote(self.dtype(e.a), self.dtype(e.b))
+        if isinstance(e, E.Bin) and e.op in _BOOL_BINARY:
+            return "bool"
         return promote(self.dtype(e.a), self.dtype(e.b))
 
-    # --- source -----------------------------------------------------------------------
-    def emit(self, e: E.Expr) -> str:
-        if isinstance(e, E.Var):
-            return self.names[e.name]
-        if isinstance(e, E.Const):
-            return literal(e.value, e.dtype)
-        if isinstance(e, E.Un):
-            return self._unary(e)
-        if isinstance(e, E.Bin):
-            return self._binary(e)
-        if isinstance(e, E.Select):
-            return f"({self.emit(e.a)} if {self.emit(e.cond)} else {self.emit(e.b)})"
+    def literal(self, value, dtype: str) -> str:
+        return literal(value, dtype)
+
+    def convert(self, e: E.Cast) -> str:
         return self.cast(self.emit(e.a), self.dtype(e.a), e.dtype)
 
     def cast(self, text: str, have: str, want: str) -> str:
@@ -187,59 +170,29 @@ class ExprPrinter:
             raise UnsupportedExpr(f"cast to {want}")
         return f"np.{want}({text})"
 
-    def _unary(self, e: E.Un) -> str:
-        a, dt = self.emit(e.a), self.dtype(e.a)
-        op = e.op
-        if op == "neg":
-            return f"(-{a})"
-        if op == "not":
-            return f"(not {a})"
-        if op == "abs":
-            return f"abs({a})"
-        if op == "recip":
-            one = literal(1.0, dt if is_float(dt) else "float64")
-            return f"({one} / {a})"
-        if self.fast and dt == "float32" and op in FAST_FUNCTIONS:
-            return self._fast_call(FAST_FUNCTIONS[op], a)
-        if op in _NP_UNARY:
-            return f"{_NP_UNARY[op]}({a})"
-        if op in E.UNARY_OPS:
-            return f"math.{op}({a})"
-        raise UnsupportedExpr(f"unary op {op!r}")
+    def unary(self, e: E.Un) -> str:
+        dt = self.dtype(e.a)
+        if e.op == "recip":
+            return f"({literal(1.0, dt if is_float(dt) else 'float64')} / {self.emit(e.a)})"
+        if self.fast and dt == "float32" and e.op in FAST_FUNCTIONS:
+            return self._fast_call(FAST_FUNCTIONS[e.op], self.emit(e.a))
+        return super().unary(e)
 
-    def _binary(self, e: E.Bin) -> str:
-        op = e.op
-        if op == "pow":
-            return self._pow(e)
-        if op == "mul" and self.fast and (x := gelu_operand(e)) is not None and self.dtype(x) == "float32":
+    def binary(self, e: E.Bin) -> str:
+        if e.op == "mul" and self.fast and (x := gelu_operand(e)) is not None and self.dtype(x) == "float32":
             return self._fast_call("fast_gelu", self.emit(x))
-        a, b = self.emit(e.a), self.emit(e.b)
-        if op in _ARITH:
-            return f"({a} {_ARITH[op]} {b})"
-        if op in _CMP:
-            return f"({a} {_CMP[op]} {b})"
         da, db = self.dtype(e.a), self.dtype(e.b)
-        if op == "div":
-            if is_float(da) or is_float(db):
-                return f"({a} / {b})"
+        if e.op == "div" and not (is_float(da) or is_float(db)):
             self.helpers.add("_idiv")
-            return f"_idiv({a}, {b})"
-        if op in ("max", "min"):
-            return max_min(self.helpers, op, a, b)
-        if op in ("and", "or", "xor"):
-            sym = {"and": "&", "or": "|", "xor": "^"}[op]
-            return f"({self.cast(a, da, 'bool')} {sym} {self.cast(b, db, 'bool')})"
-        if op == "mod":
-            return f"({a} % {b})"
-        if op == "floordiv":
-            return f"({a} // {b})"
-        if op == "fmod":
-            return f"np.fmod({a}, {b})"
-        raise UnsupportedExpr(f"binary op {op!r}")
+            return f"_idiv({self.emit(e.a)}, {self.emit(e.b)})"
+        if e.op in ("and", "or", "xor"):
+            sym = {"and": "&", "or": "|", "xor": "^"}[e.op]
+            return f"({self.cast(self.emit(e.a), da, 'bool')} {sym} {self.cast(self.emit(e.b), db, 'bool')})"
+        return super().binary(e)
 
-    def _pow(self, e: E.Bin) -> str:
-        a, dt = self.emit(e.a), self.dtype(e)
-        if isinstance(e.b, E.Const) and is_float(dt) and float(e.b.value) in E.POWERS:
-            base = self.cast(a, self.dtype(e.a), dt)
-            return _POWERS[E.POWERS[float(e.b.value)]].format(a=base, one=literal(1.0, dt))
-        return f"({a} ** {self.emit(e.b)})"
+    def power_applies(self, e: E.Bin) -> bool:
+        return is_float(self.dtype(e))
+
+    def power_operands(self, e: E.Bin) -> dict[str, str]:
+        dt = self.dtype(e)
+        return {"a": self.cast(self.emit(e.a), self.dtype(e.a), dt), "one": literal(1.0, dt)}

@@ -31,7 +31,7 @@ the caller then keeps the reference for it (``UnsupportedMap``).
 from __future__ import annotations
 
 from codegen.numba_cpu import halfbits
-from codegen.numba_cpu.exprs import ExprPrinter, literal
+from codegen.numba_cpu.exprs import NumbaExpr, literal
 from codegen.program.kernel import UnsupportedMap, accumulator_dtype
 from codegen.program.walk import Dialect, KernelWalk
 from ir import expr as E
@@ -89,7 +89,7 @@ class Nest(KernelWalk):
 
     def index(self, e: E.Expr) -> str:
         names = {p: n for p, n in self.params.items()}
-        printer = ExprPrinter({p: "int64" for p in names}, names, fast=False)
+        printer = NumbaExpr({p: "int64" for p in names}, names, fast=False)
         return printer.emit(e) if not isinstance(e, E.Const) else str(int(e.value))
 
 
@@ -175,14 +175,14 @@ def tasklet_line(nest: Nest, t: Tasklet) -> None:
     for p, pn in nest.params.items():
         names[p], types[p] = pn, "int64"
         invariant.discard(p)
-    printer = ExprPrinter(types, names, nest.fast, zero=ZERO)
+    printer = NumbaExpr(types, names, nest.fast, zero=ZERO)
     expr = _hoist(nest, t.expr, invariant, printer)
     value, vdt = printer.emit(expr), printer.dtype(expr)
     nest.helpers |= printer.helpers
     nest.line(_store(nest, t.output, value, vdt, printer))
 
 
-def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: ExprPrinter) -> E.Expr:
+def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: NumbaExpr) -> E.Expr:
     """Replace maximal subtrees that depend on no parameter (only on invariant reads and
     constants) by values computed once before the loops."""
     if isinstance(e, (E.Var, E.Const)):
@@ -205,7 +205,7 @@ def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: ExprPrinter) -> 
     return E.Cast(_hoist(nest, e.a, invariant, printer), e.dtype)
 
 
-def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: ExprPrinter) -> str:
+def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: NumbaExpr) -> str:
     if out.container in nest.locals:
         name, dt = nest.locals[out.container]
         return f"{name} = {nest.combine(out.wcr, name, printer.cast(value, vdt, dt))}"

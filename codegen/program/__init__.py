@@ -9,6 +9,8 @@ runner (in process) or ``codegen.export.package`` (a standalone package).
                        kernel module texts and the library a package carries
 - ``kernel.py``        ``KernelSource``, ``OutputInit``, ``UnsupportedMap`` and the map analysis every
                        renderer shares (loop safety, first wcr, output initialization, storage dtypes)
+- ``walk.py``         ``KernelWalk``: the state of a kernel being printed, every renderer's base
+- ``expr_print.py``   ``ExprPrinter``: one walk of a tasklet expression, a backend gives templates
 - ``program.py``       ``Program``/``Statement``/``build_program``: kernels, BLAS, views, constants,
                        reference and extern statements in topological order
 - ``contractions.py``  BLAS calls, GEMMs with epilogue kernels, grouped GEMMs
