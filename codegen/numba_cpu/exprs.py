@@ -34,6 +34,8 @@ from ir import expr as E
 _BOOL_UNARY = frozenset({"not", "isnan", "isinf"})
 _SAME_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round"})
 _BOOL_BINARY = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"})
+_TYPE_FREE = frozenset({"add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge"})   # print whatever the types
+_LOGICAL = (("and", "&"), ("or", "|"), ("xor", "^"))
 _NP_UNARY = {"floor": "np.floor", "ceil": "np.ceil", "sign": "np.sign", "round": "np.rint",
              "isnan": "np.isnan", "isinf": "np.isinf", "sqrt": "np.sqrt", "log1p": "np.log1p",
              "expm1": "np.expm1", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
@@ -56,8 +58,11 @@ value for NaN, not the accumulator, keeps a row-max loop 1.15x the time of ``max
 
 
 def promote(a: str, b: str) -> str:
-    """NumPy's result dtype of two strongly typed operands."""
-    return np.result_type(dtypes.to_numpy(a), dtypes.to_numpy(b)).name
+    """NumPy's result dtype of two strongly typed operands (none for bfloat16 with float16 or an int)."""
+    try:
+        return np.result_type(dtypes.to_numpy(a), dtypes.to_numpy(b)).name
+    except TypeError:
+        raise UnsupportedExpr(f"no common dtype of {a} and {b}; cast one operand first") from None
 
 
 def is_float(dt: str) -> bool:
@@ -181,13 +186,15 @@ class NumbaExpr(ExprPrinter):
     def binary(self, e: E.Bin) -> str:
         if e.op == "mul" and self.fast and (x := gelu_operand(e)) is not None and self.dtype(x) == "float32":
             return self._fast_call("fast_gelu", self.emit(x))
-        da, db = self.dtype(e.a), self.dtype(e.b)
-        if e.op == "div" and not (is_float(da) or is_float(db)):
+        if e.op in _TYPE_FREE:
+            return super().binary(e)
+        self.dtype(e)             # the rest depend on their operands' types: refuse two without a common one
+        if e.op == "div" and not (is_float(self.dtype(e.a)) or is_float(self.dtype(e.b))):
             self.helpers.add("_idiv")
             return f"_idiv({self.emit(e.a)}, {self.emit(e.b)})"
         if e.op in ("and", "or", "xor"):
-            sym = {"and": "&", "or": "|", "xor": "^"}[e.op]
-            return f"({self.cast(self.emit(e.a), da, 'bool')} {sym} {self.cast(self.emit(e.b), db, 'bool')})"
+            a, b = (self.cast(self.emit(x), self.dtype(x), "bool") for x in (e.a, e.b))
+            return f"({a} {dict(_LOGICAL)[e.op]} {b})"
         return super().binary(e)
 
     def power_applies(self, e: E.Bin) -> bool:

@@ -11,10 +11,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
 
+from codegen.numba_cpu.exprs import NumbaExpr  # noqa: E402
 from codegen.numba_cpu.render import UnsupportedMap, kernel_source  # noqa: E402
 from codegen.numba_cpu.runner import CompiledGraph  # noqa: E402
 from codegen.numpy_ref.executor import run as reference  # noqa: E402
 from codegen.numpy_ref.feeds import compare, feeds_for  # noqa: E402
+from codegen.program.expr_print import UnsupportedExpr  # noqa: E402
 from codegen.program.kernel import kernel_name  # noqa: E402
 from ir import expr as E  # noqa: E402
 from ir import lowering  # noqa: E402
@@ -165,6 +167,13 @@ def test_map_the_backend_cannot_type_runs_in_the_reference_executor():
     assert [n for n, _ in cg.extern_nodes()] == ["m"] and "bfloat16" in cg.extern_nodes()[0][1]
     feeds = {"x": np.arange(8).astype(_bf16())}
     np.testing.assert_array_equal(cg.run(feeds)["y"], reference(g, feeds)["y"])
+
+
+def test_operands_without_a_common_dtype_are_refused_by_name():
+    printer = NumbaExpr({"a": "bfloat16", "b": "int64"}, {"a": "a", "b": "b"})
+    assert printer.emit(E.Bin("max", E.Var("a"), E.Var("a"))) == "dcs_max(a, a)" and printer.helpers == {"dcs_max"}
+    with pytest.raises(UnsupportedExpr, match="no common dtype of bfloat16 and int64; cast one operand first"):
+        printer.emit(E.Bin("max", E.Var("a"), E.Var("b")))
 
 
 def _bf16():
