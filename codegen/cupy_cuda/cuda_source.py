@@ -99,7 +99,8 @@ def c_literal(value, dt: str) -> str:
     return f"({C_TYPES[dt]}){text}"
 
 
-DIALECT = Dialect("  ", c_literal, lambda name, dt, init: f"{C_TYPES[dt]} {name} = {init};")
+DIALECT = Dialect("  ", c_literal, lambda name, dt, init: f"{C_TYPES[dt]} {name} = {init};", close="}",
+                  statement="{};")
 
 
 class _Cuda(KernelWalk):
@@ -132,6 +133,13 @@ class _Cuda(KernelWalk):
 
     def index(self, e: E.Expr) -> str:
         return to_cuda(e, self.params)
+
+    def loop_head(self, name: str, r: Range, parallel: bool) -> str:
+        start = self.index(r.start) if E.free_vars(r.start) else str(int(E.evaluate(r.start, dict(self.graph.bindings))))
+        return f"for (long long {name} = {start}; {name} < {self.bound(r.stop)}; {name} += {r.step}) {{"
+
+    def tasklet(self, t: Tasklet) -> None:
+        self.line(_store(self, t.output, _value(self, t)))
 
     def element(self, mem: Memlet) -> str:
         """``a3[flat index]`` of a point memlet of a global container."""
@@ -189,39 +197,6 @@ def _thread_params(k: _Cuda) -> None:
         k.line(f"const long long p{i} = {start} + {position.format(divisors[i])} * {step}; rest /= {divisors[i]};")
 
 
-def _nested(k: _Cuda, m: MapNode) -> None:
-    opened = 0
-    for p, r in m.params:
-        name = f"p{len(k.params)}"
-        start = k.index(r.start) if E.free_vars(r.start) else str(int(E.evaluate(r.start, dict(k.graph.bindings))))
-        if E.free_vars(r.stop) and E.free_vars(r.stop) <= set(k.params):
-            stop = k.index(r.stop)
-        else:
-            k.extents.append(int(E.evaluate(r.stop, dict(k.graph.bindings))))
-            stop = f"n{len(k.extents) - 1}"
-        k.params[p] = name
-        k.line(f"for (long long {name} = {start}; {name} < {stop}; {name} += {r.step}) {{")
-        k.depth += 1
-        opened += 1
-    _body(k, m)
-    for _ in range(opened):
-        k.depth -= 1
-        k.line("}")
-
-
-def _body(k: _Cuda, m: MapNode) -> None:
-    k.declare_locals(m)
-    for stmt in m.body:
-        if isinstance(stmt, MapNode):
-            _nested(k, stmt)
-        else:
-            _tasklet(k, stmt)
-
-
-def _tasklet(k: _Cuda, t: Tasklet) -> None:
-    k.line(_store(k, t.output, _value(k, t)))
-
-
 def _value(k: _Cuda, t: Tasklet) -> str:
     """The tasklet's expression in CUDA C, its inputs loaded (16-bit storage widened to float)."""
     names = {}
@@ -245,14 +220,13 @@ def _owned(k: _Cuda, out: Memlet) -> bool:
 
 def _store(k: _Cuda, out: Memlet, value: str) -> str:
     if out.container in k.locals:
-        name, _ = k.locals[out.container]
-        return f"{name} = {k.combine(out.wcr, name, f'({value})')};"
+        return k.accumulate(k.locals[out.container][0], out.wcr, f"({value})")
     dt = k.dtype(out.container)
     target = k.element(out)
     if out.wcr is None:
         return f"{target} = {STORE[dt].format(value) if dt in STORE else f'({value})'};"
     if _owned(k, out):
-        return f"{target} = {k.combine(out.wcr, target, f'({value})')};"
+        return k.accumulate(target, out.wcr, f"({value})")
     if dt != "float32" and out.wcr != "sum":
         raise UnsupportedMap(f"shared {out.wcr} reduction into {dt} '{out.container}'")
     if out.wcr == "sum":
@@ -266,7 +240,7 @@ def points_kernel(m: MapNode, graph: Graph, *, storage: str | None = None) -> Cu
     k.collect()
     try:
         _thread_params(k)
-        _body(k, m)
+        k.body(m)
     except (KeyError, ValueError) as e:
         if isinstance(e, UnsupportedMap):
             raise

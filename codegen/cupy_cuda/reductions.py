@@ -272,7 +272,7 @@ def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: RowCache | No
         shared = cache.shared_sum(k, n, t) if cache is not None else None
         if key in partials:
             name, _, tg = partials[key]
-            k.line(f"{name} = {k.combine(tg.wcr, name, f'({value})')};")
+            k.line(k.accumulate(name, tg.wcr, f"({value})"))
         elif shared is not None:
             k.line(f"{shared}[it] += ({value});")
         else:
@@ -312,7 +312,7 @@ def _reduce(k: _Cuda, plan: Plan, partials: dict, slots: _Slots) -> None:
 def _combine_into(k: _Cuda, plan: Plan, tg: Target, partial: str) -> None:
     if tg.is_local:
         name, _ = k.locals[tg.container]
-        k.line(f"{name} = {k.combine(tg.wcr, name, partial)};")
+        k.line(k.accumulate(name, tg.wcr, partial))
         return
     mem = Memlet(tg.container, tg.subset)
     dt = k.dtype(tg.container)

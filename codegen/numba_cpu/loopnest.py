@@ -74,23 +74,18 @@ class Nest(KernelWalk):
         self.local_count += 1
         return f"t{self.local_count - 1}"
 
-    def extent(self, value: int) -> str:
-        self.extents.append(int(value))
-        return f"n{len(self.extents) - 1}"
-
-    def bound(self, e: E.Expr) -> str:
-        """A loop bound: a constant becomes an extent argument, else an index expression."""
-        free = E.free_vars(e)
-        if free and free <= set(self.params):
-            return self.index(e)
-        if free - set(self.graph.bindings):
-            raise UnsupportedMap(f"loop bound {E.to_text(e)} uses unknown names")
-        return self.extent(int(E.evaluate(e, dict(self.graph.bindings))))
-
     def index(self, e: E.Expr) -> str:
         names = {p: n for p, n in self.params.items()}
         printer = NumbaExpr({p: "int64" for p in names}, names, fast=False)
         return printer.emit(e) if not isinstance(e, E.Const) else str(int(e.value))
+
+    def loop_head(self, name: str, r: Range, parallel: bool) -> str:
+        lo = "" if isinstance(r.start, E.Const) and int(r.start.value) == 0 else self.bound(r.start) + ", "
+        step = f", {r.step}" if r.step != 1 else ""
+        return f"for {name} in {'prange' if parallel else 'range'}({lo}{self.bound(r.stop)}{step}):"
+
+    def tasklet(self, t: Tasklet) -> None:
+        tasklet_line(self, t)
 
 
 def _invariant_reads(nest: Nest) -> dict[tuple, str]:
@@ -130,28 +125,6 @@ def _element(mem: Memlet, nest: Nest) -> str:
 
 
 # --- statements ---------------------------------------------------------------------------
-
-def scope(nest: Nest, m: MapNode, outermost: bool, parallel: bool) -> None:
-    """Loops over ``m``'s params, its locals, then its body (the default schedule)."""
-    depth = nest.depth
-    for k, (p, r) in enumerate(m.params):
-        name = f"p{len(nest.params)}"
-        start, stop = r.start, r.stop
-        lo = "" if isinstance(start, E.Const) and int(start.value) == 0 else nest.bound(start) + ", "
-        hi = nest.bound(stop)
-        step = f", {r.step}" if r.step != 1 else ""
-        loop = "prange" if outermost and k == 0 and parallel else "range"
-        nest.params[p] = name
-        nest.line(f"for {name} in {loop}({lo}{hi}{step}):")
-        nest.depth += 1
-    nest.declare_locals(m)
-    for stmt in m.body:
-        if isinstance(stmt, MapNode):
-            scope(nest, stmt, False, parallel)
-        else:
-            tasklet_line(nest, stmt)
-    nest.depth = depth
-
 
 def tasklet_line(nest: Nest, t: Tasklet) -> None:
     types: dict[str, str] = {}
@@ -208,10 +181,10 @@ def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: NumbaExpr) -> E.
 def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: NumbaExpr) -> str:
     if out.container in nest.locals:
         name, dt = nest.locals[out.container]
-        return f"{name} = {nest.combine(out.wcr, name, printer.cast(value, vdt, dt))}"
+        return nest.accumulate(name, out.wcr, printer.cast(value, vdt, dt))
     dt = nest.graph.container(out.container).dtype
     if out.wcr is not None and dt in halfbits.STORE:
         raise UnsupportedMap(f"'{out.container}' ({dt}) is accumulated into (wcr {out.wcr}): accumulate in "
                              "float32 (mixed_precision refuses this) or run it with the reference executor")
     target = f"{nest.array(out.container)}[{_element(out, nest)}]"
-    return f"{target} = {nest.combine(out.wcr, target, printer.cast(value, vdt, dt))}"
+    return nest.accumulate(target, out.wcr, printer.cast(value, vdt, dt))

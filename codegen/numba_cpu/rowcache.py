@@ -23,7 +23,7 @@ the same run: three sweeps 55–61 %, buffer 62–69 %, buffer and skew 70–75 
 the sweep's parameter, write sweep locals without a wcr, and read only the sweep parameter,
 earlier prefix locals and containers the map never writes (so they cannot change between
 sweeps). All sweeps run over one range. Later sweeps may read only the prefix's last local.
-``emit`` prints the top-level map like ``loopnest.scope`` with that substitution. Buffers are
+``emit`` prints the top-level map like ``Nest.loops`` with that substitution. Buffers are
 allocated before the loops, or inside the ``prange`` loop (one per thread's iteration). A map
 with one row param under ``prange`` runs blocks of ``CHUNK_ROWS`` rows per iteration, each
 block skewed on its own (two buffers per block, not per row).

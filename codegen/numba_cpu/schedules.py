@@ -36,7 +36,7 @@ from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
 from codegen.numba_cpu import rowcache
-from codegen.numba_cpu.loopnest import Nest, scope, tasklet_line
+from codegen.numba_cpu.loopnest import Nest, tasklet_line
 from codegen.program.kernel import accumulator_dtype, first_wcr, kernel_locals
 
 TILE = (32, 256)
@@ -67,7 +67,7 @@ def emit(nest: Nest, m: MapNode, parallel: bool) -> str:
         rowcache.emit(nest, m, parallel, cache)
         return "rows"
     else:
-        scope(nest, m, True, parallel)
+        nest.loops(m, parallel)
     return kind
 
 

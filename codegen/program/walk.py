@@ -12,6 +12,8 @@ and ``prange`` schedules; CUDA: thread parameters, block reductions and atomics)
   (``declare_locals``, ``identity``);
 - ``combine``: how a wcr folds a new value into an accumulator, spelled the same in every backend
   (NaN-propagating ``dcs_max``/``dcs_min``; each backend defines them, numba as helpers it adds);
+- ``body``/``loops``: a map's locals and statements, nested maps as loops (``loop_head``, ``close_to``),
+  tasklets as the backend prints them (``tasklet``; ``accumulate`` folds a value into its target);
 - ``lines``/``depth``/``line``: the printed body.
 """
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Callable
 
 from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals
 from ir.graph import Graph
-from ir.memlet import Wcr
+from ir import expr as E
+from ir.memlet import Range, Wcr
 from ir.nodes import MapNode, Tasklet
 
 
@@ -34,6 +37,8 @@ class Dialect:
     literal: Callable[[object, str], str]         # a constant of a dtype
     declare: Callable[[str, str, str], str]       # (name, dtype, initial value) -> the declaring line
     helper_combines: bool = False                 # max/min combines call helpers the kernel module defines
+    close: str | None = None                      # the line ending a loop's block (None: indentation ends it)
+    statement: str = "{}"                         # a statement around its code ("{};" in C)
 
 
 class KernelWalk(ABC):
@@ -74,6 +79,64 @@ class KernelWalk(ABC):
             if out not in self.local_names and out not in self.written:
                 self.written.append(out)
         check_loop_safe(self.m, set(self.written), self.local_names)
+
+    def extent(self, value: int) -> str:
+        """A loop extent passed as an argument, ``n<k>``."""
+        self.extents.append(int(value))
+        return f"n{len(self.extents) - 1}"
+
+    def bound(self, e: E.Expr) -> str:
+        """A loop bound: an index expression over the params printed so far, else an extent argument."""
+        free = E.free_vars(e)
+        if free and free <= set(self.params):
+            return self.index(e)
+        if free - set(self.graph.bindings):
+            raise UnsupportedMap(f"loop bound {E.to_text(e)} uses unknown names")
+        return self.extent(int(E.evaluate(e, dict(self.graph.bindings))))
+
+    def body(self, m: MapNode) -> None:
+        """``m``'s locals, then its statements in order: nested maps as loops, tasklets as stores."""
+        self.declare_locals(m)
+        for stmt in m.body:
+            if isinstance(stmt, MapNode):
+                self.loops(stmt)
+            else:
+                self.tasklet(stmt)
+
+    def loops(self, m: MapNode, parallel: bool = False) -> None:
+        """Loops over ``m``'s params around its body, the first one a parallel loop if ``parallel``."""
+        depth = self.depth
+        for k, (p, r) in enumerate(m.params):
+            name = f"p{len(self.params)}"
+            head = self.loop_head(name, r, parallel and k == 0)
+            self.params[p] = name
+            self.line(head)
+            self.depth += 1
+        self.body(m)
+        self.close_to(depth)
+
+    def close_to(self, depth: int) -> None:
+        """End the blocks opened below ``depth``."""
+        while self.depth > depth:
+            self.depth -= 1
+            if self.dialect.close is not None:
+                self.line(self.dialect.close)
+
+    def accumulate(self, target: str, wcr: str | None, value: str) -> str:
+        """The statement folding ``value`` into ``target`` by ``wcr`` (a plain assignment without one)."""
+        return self.dialect.statement.format(f"{target} = {self.combine(wcr, target, value)}")
+
+    @abstractmethod
+    def index(self, e: E.Expr) -> str:
+        """An index expression over the printed params."""
+
+    @abstractmethod
+    def loop_head(self, name: str, r: Range, parallel: bool) -> str:
+        """The line opening a loop of ``name`` over ``r``."""
+
+    @abstractmethod
+    def tasklet(self, t: Tasklet) -> None:
+        """Print the statement of tasklet ``t``."""
 
     def identity(self, wcr: str | None, dt: str) -> str:
         """An accumulator's initial value: the wcr's identity (``ir.memlet.Wcr``), 0 without one."""
