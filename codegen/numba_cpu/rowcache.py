@@ -118,10 +118,7 @@ def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
     chunked = parallel and len(m.params) == 1 and can_skew(m, cache, False)
     skew = chunked or can_skew(m, cache, parallel)
     for k, (p, r) in enumerate(m.params[:-1] if skew else m.params):
-        name = f"p{len(nest.params)}"
-        nest.params[p] = name
-        nest.line(f"for {name} in {'prange' if parallel and k == 0 else 'range'}({nest.bound(r.stop)}):")
-        nest.depth += 1
+        nest.open_loop(p, r, parallel and k == 0)
     lo, hi = "0", nest.bound(m.params[-1][1].stop) if m.params else "1"
     if chunked:                      # one row param under prange: threads take blocks of CHUNK_ROWS rows
         nest.line(f"for pc in prange(({hi} + {CHUNK_ROWS - 1}) // {CHUNK_ROWS}):")
@@ -194,7 +191,7 @@ def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache, lo: str, hi: str) -> N
     start_next_row(f"{qname} + 1", "")
     nest.line(f"if pn < {hi}:")
     nest.depth += 1
-    j = _sweep_loop(nest, last)
+    j = nest.open_loop(*last.params[0])
     _sweep_body(nest, last, cache, "cur", j)
     nest.params[q], nest.params[first.params[0][0]] = "pn", j
     _with_locals(nest, next_row, lambda: _sweep_body(nest, first, cache, "nxt", j))
@@ -220,19 +217,10 @@ def _with_locals(nest: Nest, names: dict, print_fn) -> None:
 
 def _statement(nest: Nest, stmt, cache: RowCache, buffer: str) -> None:
     if isinstance(stmt, MapNode):
-        _sweep_body(nest, stmt, cache, buffer, _sweep_loop(nest, stmt))
+        _sweep_body(nest, stmt, cache, buffer, nest.open_loop(*stmt.params[0]))
         nest.depth -= 1
     else:
         tasklet_line(nest, stmt)
-
-
-def _sweep_loop(nest: Nest, s: MapNode) -> str:
-    (p, r), = s.params
-    name = f"p{len(nest.params)}"
-    nest.params[p] = name
-    nest.line(f"for {name} in range({nest.bound(r.stop)}):")
-    nest.depth += 1
-    return name
 
 
 def _sweep_body(nest: Nest, s: MapNode, cache: RowCache, buffer: str, j: str) -> None:

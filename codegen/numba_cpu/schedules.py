@@ -131,17 +131,10 @@ def choose(m: MapNode) -> str:
     return "default"
 
 
-def _loop(nest: Nest, p: str, r: Range, loop: str = "range") -> None:
-    name = f"p{len(nest.params)}"
-    nest.params[p] = name
-    nest.line(f"for {name} in {loop}({nest.bound(r.stop)}):")
-    nest.depth += 1
-
-
 def _tiled(nest: Nest, m: MapNode, parallel: bool) -> None:
     depth = nest.depth
     for k, (p, r) in enumerate(m.params[:-2]):
-        _loop(nest, p, r, "prange" if parallel and k == 0 else "range")
+        nest.open_loop(p, r, parallel and k == 0)
     (pa, ra), (pb, rb) = m.params[-2:]
     na, nb = nest.bound(ra.stop), nest.bound(rb.stop)
     first = "prange" if parallel and len(m.params) == 2 else "range"
@@ -164,7 +157,7 @@ def _tiled(nest: Nest, m: MapNode, parallel: bool) -> None:
 def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
     depth = nest.depth
     for p, r in m.params[:-1]:
-        _loop(nest, p, r)
+        nest.open_loop(p, r)
     q, rq = m.params[-1]
     nq = nest.bound(rq.stop)
     whole = _columns_known(rq, nest) <= WHOLE_ROW
@@ -195,7 +188,7 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
             continue
         if isinstance(stmt, MapNode):
             for p, r in stmt.params:
-                _loop(nest, p, r)
+                nest.open_loop(p, r)
         if whole:
             nest.line(f"for {qv} in range({nq}):")
         else:
@@ -263,7 +256,7 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
     nest.line(f"for {nest.params[p]} in range(ck * {stop} // {nch}, (ck + 1) * {stop} // {nch}):")
     nest.depth += 1
     for p2, r2 in rest:
-        _loop(nest, p2, r2)
+        nest.open_loop(p2, r2)
     nest.line(f"for {qv} in range({nq}):")
     nest.depth += 1
     nest.declare_locals(sweep)

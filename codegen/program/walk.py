@@ -107,13 +107,18 @@ class KernelWalk(ABC):
         """Loops over ``m``'s params around its body, the first one a parallel loop if ``parallel``."""
         depth = self.depth
         for k, (p, r) in enumerate(m.params):
-            name = f"p{len(self.params)}"
-            head = self.loop_head(name, r, parallel and k == 0)
-            self.params[p] = name
-            self.line(head)
-            self.depth += 1
+            self.open_loop(p, r, parallel and k == 0)
         self.body(m)
         self.close_to(depth)
+
+    def open_loop(self, p: str, r: Range, parallel: bool = False) -> str:
+        """Open a loop of IR param ``p`` over ``r`` (one level deeper); returns its printed name ``p<k>``."""
+        name = f"p{len(self.params)}"
+        head = self.loop_head(name, r, parallel)
+        self.params[p] = name
+        self.line(head)
+        self.depth += 1
+        return name
 
     def close_to(self, depth: int) -> None:
         """End the blocks opened below ``depth``."""

@@ -441,3 +441,18 @@ def test_a_kernel_is_parallel_exactly_when_it_runs_a_prange(monkeypatch):
              for ks in cpu_program(graph, parallel=True).kernels.values()]
     assert all(a == b == c for a, b, c in kinds), [k for k in kinds if len(set(k)) > 1]
     assert any(k[0] for k in kinds) and any(not k[0] for k in kinds)
+
+
+def test_row_buffer_loops_start_where_the_row_range_starts():
+    """A row-cached map over rows 1… leaves row 0 alone (its loops printed the stop only, and wrote row 0)."""
+    from codegen.numba_cpu import rowcache
+    g = _bias_residual_layernorm((3, 2, 512))
+    feeds = feeds_for(g)
+    want = reference(g, feeds)["y"]
+    (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
+    p, r = m.params[0]
+    m.params[0] = (p, Range(E.Const(1, "int64"), r.stop, 1))
+    assert rowcache.plan(m, {"y"}) is not None and "for p0 in range(n0, n1):" in kernel_source(m, g).source
+    got = CompiledGraph(g, threads=1).run(feeds)["y"]
+    np.testing.assert_allclose(got[1:], want[1:], rtol=1e-5, atol=1e-6)
+    assert not got[0].any()
