@@ -23,8 +23,9 @@ The module (the ``model.py`` of an exported package; a cached file in-process) h
   ``{output name: array}`` (outputs are fresh arrays, or the recycled buffers ``R``);
 - ``_forward``: the same with only the kernels the loss needs. ``_step`` runs those first
   (``module_plan.loss_first``), so they are printed once, as ``_step_forward``, which ``_step``
-  and ``_forward`` both call; only a schedule that pairs a loss statement with a backward one
-  gives ``_forward`` statements and a buffer plan of its own;
+  and ``_forward`` both call. ``_forward`` keeps statements and a buffer plan of its own when
+  a schedule pairs a loss statement with a backward one, or when a loss output is written by no
+  statement (an initializer the graph returns as it is: ``_step_forward`` could not return it);
 - ``Model = _runtime.bind(globals())``: the training object of ``codegen.program.runtime``
   (a copy of it, ``_runtime.py``, in a package), with weights and default inputs (``W``, from
   ``weights.npz`` or given); in a package ``PREDICT`` is its eval program ``predict.py`` (the same
@@ -163,9 +164,13 @@ def _memory_constants(slots: Plan) -> str:
 def _function(prog: Program, name: str, fplan: FunctionPlan, schedule: Schedule | None) -> list[str]:
     """``def name(W, B, R, <inputs>)``: the steps in order, returning ``{output: array}``."""
     steps = [st for step in fplan.steps for st in step]
-    items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in fplan.outputs)
     return ([_signature(prog, name)] + _weights(prog, steps, fplan.outputs) +
-            _steps(prog, fplan.steps, fplan.frees, fplan.slots, schedule) + [f"    return {{{items}}}"])
+            _steps(prog, fplan.steps, fplan.frees, fplan.slots, schedule) + [_return_dict(prog, fplan.outputs)])
+
+
+def _return_dict(prog: Program, outputs: list[str]) -> str:
+    """``return {output name: its variable}``."""
+    return "    return {" + ", ".join(f"{literal(c)}: {prog.var(c)}" for c in outputs) + "}"
 
 
 def _shared_functions(prog: Program, plan: ModulePlan) -> list[str]:
@@ -183,11 +188,10 @@ def _shared_functions(prog: Program, plan: ModulePlan) -> list[str]:
     head = ([_signature(prog, "_step_forward", inputs), '    """The statements of the step up to the loss: _step and '
              '_forward both run them."""'] + _weights(prog, first, []) +
             _steps(prog, step.steps[:n], step.frees[:n], step.slots, plan.schedule) + [f"    return {values}"])
-    items = ", ".join(f"{literal(c)}: {prog.var(c)}" for c in step.outputs)
     body = ([_signature(prog, "_step"), f"    saved = _step_forward({call.format(R='R')})", f"    {values} = saved"] +
             _weights(prog, rest, [c for c in step.outputs if c not in alive]) +
             _steps(prog, step.steps[n:], step.frees[n:], step.slots, plan.schedule) +
-            [f"    return {{{items}}}"])
+            [_return_dict(prog, step.outputs)])
     loss = ", ".join(f"{literal(c)}: saved[{alive.index(c)}]" for c in plan.forward.outputs)
     doc = '    """The loss: the step\'s first statements, on its buffers (the outputs are fresh arrays)."""'
     forward = [_signature(prog, "_forward"), doc, f"    saved = _step_forward({call.format(R='None')})",
