@@ -8,7 +8,7 @@ accesses (iterations × accesses per iteration). Locals never appear outside.
 """
 from __future__ import annotations
 
-
+import math
 from typing import Iterable, Mapping
 
 from ir import expr as E
@@ -25,13 +25,18 @@ def range_bounds(r: Range, bindings: Mapping[str, int]) -> tuple[int, int, int]:
     return start, stop, r.step
 
 
+def param_counts(params: Iterable[tuple[str, Range]], bindings: Mapping[str, int]) -> list[tuple[str, int, int, int]]:
+    """(param, start, step, trip count) of each of ``params``."""
+    counts = []
+    for p, r in params:
+        start, stop, step = range_bounds(r, bindings)
+        counts.append((p, start, step, max(0, -(-(stop - start) // step))))
+    return counts
+
+
 def trip_count(params: Iterable[tuple[str, Range]], bindings: Mapping[str, int]) -> int:
     """Number of points in the iteration space of ``params``."""
-    total = 1
-    for _, r in params:
-        start, stop, step = range_bounds(r, bindings)
-        total *= max(0, -(-(stop - start) // step))
-    return total
+    return math.prod(c for *_, c in param_counts(params, bindings))
 
 
 def tasklet_accesses(m: MapNode):
@@ -99,12 +104,7 @@ def footprint_elems(mem: Memlet, graph: Graph) -> int:
     cont = graph.container(mem.container)
     if mem.subset is None:
         return cont.numel(graph.bindings)
-    total = 1
-    for ix in mem.subset:
-        if isinstance(ix, Range):
-            start, stop, step = range_bounds(ix, graph.bindings)
-            total *= max(0, -(-(stop - start) // step))
-    return total
+    return trip_count((("", ix) for ix in mem.subset if isinstance(ix, Range)), graph.bindings)
 
 
 def params_for(shape: tuple[int | str, ...], prefix: str = "i") -> list[tuple[str, Range]]:

@@ -38,7 +38,7 @@ from codegen.program.walk import Dialect, KernelWalk
 from ir import dtypes
 from ir import expr as E
 from ir.graph import Graph
-from ir.maps import range_bounds
+from ir.maps import param_counts
 from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, Tasklet
 
@@ -167,10 +167,7 @@ def _signature(k: _Cuda, name: str) -> str:
 
 def _thread_params(k: _Cuda) -> None:
     """Top-level params from the flat thread index (last param fastest, like C order)."""
-    counts = []
-    for p, r in k.m.params:
-        start, stop, step = range_bounds(r, k.graph.bindings)
-        counts.append((p, start, step, max(0, -(-(stop - start) // step))))
+    counts = param_counts(k.m.params, k.graph.bindings)
     k.extents.extend(n for *_, n in counts)
     size = 1
     for *_, n in counts:

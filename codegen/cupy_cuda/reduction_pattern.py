@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from ir import expr as E
 from ir.graph import Graph
-from ir.maps import range_bounds, trip_count
+from ir.maps import trip_count
 from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, Tasklet
 
@@ -171,11 +171,7 @@ def _constant_count(n: MapNode, graph: Graph) -> int | Refusal:
     for p, r in n.params:
         if (E.free_vars(r.start) | E.free_vars(r.stop)) - env:
             return Refusal(f"nested param '{p}' has a range that depends on another param")
-    total = 1
-    for _, r in n.params:
-        start, stop, step = range_bounds(r, graph.bindings)
-        total *= max(0, -(-(stop - start) // step))
-    return total
+    return trip_count(n.params, graph.bindings)
 
 
 def _targets(m: MapNode, n: MapNode, top: list[str]) -> tuple[Target, ...] | Refusal:

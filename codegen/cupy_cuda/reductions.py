@@ -53,7 +53,7 @@ from codegen.cupy_cuda.split_blocks import ColumnSplit, RowSplit
 from codegen.program.kernel import UnsupportedMap
 from ir import dtypes
 from ir.graph import Graph
-from ir.maps import range_bounds
+from ir.maps import param_counts
 from ir.memlet import Memlet
 from ir.nodes import MapNode, Tasklet
 
@@ -149,10 +149,9 @@ def _params(k: _Cuda, plan: Plan, cache: RowCache | None = None,
     if isinstance(split, ColumnSplit):
         k.extents.append(split.blocks)        # n0: the chunk, outermost in the grid
         off = 1
-    for p, r in k.m.params:
-        start, stop, step = range_bounds(r, k.graph.bindings)
+    for p, start, step, count in param_counts(k.m.params, k.graph.bindings):
         counts.append((p, start, step))
-        k.extents.append(max(0, -(-(stop - start) // step)))
+        k.extents.append(count)
     n = len(counts)
     if plan.kind == "rows" and cache is not None and cache.rows > 1:
         total = " * ".join(f"n{i}" for i in range(n)) or "1"

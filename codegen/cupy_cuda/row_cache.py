@@ -22,7 +22,7 @@ from codegen.cupy_cuda.c_expr import to_cuda
 from codegen.cupy_cuda.cuda_source import C_TYPES, COMPUTE, LOAD, _Cuda
 from codegen.cupy_cuda.reduction_pattern import WARP, Plan, pow2floor
 from ir import expr as E
-from ir.maps import range_bounds
+from ir.maps import param_counts, trip_count
 from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, Tasklet
 
@@ -35,11 +35,7 @@ MIN_SUMMING_BLOCKS = 256    # …while keeping at least this many blocks
 
 def nested_counts(k: _Cuda, n: MapNode) -> list[tuple[str, int, int, int]]:
     """(param, start, step, count) of each param of nested map ``n``."""
-    counts = []
-    for p, r in n.params:
-        start, stop, step = range_bounds(r, k.graph.bindings)
-        counts.append((p, start, step, max(0, -(-(stop - start) // step))))
-    return counts
+    return param_counts(n.params, k.graph.bindings)
 
 
 def thread_stride(plan: Plan) -> tuple[str, int]:
@@ -131,10 +127,7 @@ class RowCache:
                     continue
                 if key not in self.sums:
                     self.sums[key] = (f"g{len(self.sums)}", COMPUTE.get(k.dtype(out.container), k.dtype(out.container)))
-        rows = 1
-        for _, r in k.m.params:
-            start, stop, step = range_bounds(r, k.graph.bindings)
-            rows *= max(0, -(-(stop - start) // step))
+        rows = trip_count(k.m.params, k.graph.bindings)
         if self.sums:
             self.rows = max(1, min(ROWS_PER_SUMMING_BLOCK, pow2floor(max(1, rows // MIN_SUMMING_BLOCKS))))
         if self.rows == 1:

@@ -13,7 +13,7 @@ import numpy as np
 
 from codegen.cupy_cuda.cuda_source import C_TYPES, _Cuda
 from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan
-from ir.maps import range_bounds
+from ir.maps import param_counts, trip_count
 from ir.nodes import MapNode
 
 SPLIT_MIN = 1 << 16        # a row this long, in a kernel of at most SPLIT_MAX_ROWS rows, is split over blocks
@@ -42,10 +42,7 @@ class RowSplit:
         nested = [s for s in m.body if isinstance(s, MapNode)]
         if plan.kind != "rows" or len(nested) != 1 or m.body[0] is not nested[0]:
             return None
-        rows = 1
-        for _, r in m.params:
-            start, stop, step = range_bounds(r, k.graph.bindings)
-            rows *= max(0, -(-(stop - start) // step))
+        rows = trip_count(m.params, k.graph.bindings)
         threads = plan.block[0]
         if not 0 < rows <= SPLIT_MAX_ROWS or plan.row_length < SPLIT_MIN:
             return None
@@ -105,10 +102,7 @@ class ColumnSplit:
         nested = [s for s in m.body if isinstance(s, MapNode)]
         if plan.kind != "columns" or len(nested) != 1 or m.body[0] is not nested[0] or not m.params:
             return None
-        extents = []
-        for _, r in m.params:
-            start, stop, step = range_bounds(r, k.graph.bindings)
-            extents.append(max(0, -(-(stop - start) // step)))
+        extents = [c for *_, c in param_counts(m.params, k.graph.bindings)]
         groups = -(-extents[-1] // WARP)
         for n in extents[:-1]:
             groups *= n
