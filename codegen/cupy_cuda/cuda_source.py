@@ -30,6 +30,8 @@ text, so the text is specific to the sizes; the hash-derived name makes it uniqu
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from codegen.cupy_cuda.c_expr import C_TYPES, to_cuda
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
 from codegen.cupy_cuda.reduction_pattern import WCR_OP
@@ -135,7 +137,8 @@ class _Cuda(KernelWalk):
         return to_cuda(e, self.params)
 
     def loop_head(self, name: str, r: Range, parallel: bool) -> str:
-        start = self.index(r.start) if E.free_vars(r.start) else str(int(E.evaluate(r.start, dict(self.graph.bindings))))
+        bindings = dict(self.graph.bindings)
+        start = self.index(r.start) if E.free_vars(r.start) else str(int(E.evaluate(r.start, bindings)))
         return f"for (long long {name} = {start}; {name} < {self.bound(r.stop)}; {name} += {r.step}) {{"
 
     def tasklet(self, t: Tasklet) -> None:
@@ -194,18 +197,23 @@ def _thread_params(k: _Cuda) -> None:
         k.line(f"const long long p{i} = {start} + {position.format(divisors[i])} * {step}; rest /= {divisors[i]};")
 
 
-def _value(k: _Cuda, t: Tasklet) -> str:
-    """The tasklet's expression in CUDA C, its inputs loaded (16-bit storage widened to float)."""
+def _value(k: _Cuda, t: Tasklet, held: Callable[[Memlet], str | None] = lambda mem: None) -> str:
+    """The tasklet's expression in CUDA C: an input ``held`` names (a register) read from there, a local
+    by its name, the rest loaded (``loaded``)."""
     names = {}
     for conn, mem in t.inputs.items():
-        if mem.container in k.locals:
-            names[conn] = k.locals[mem.container][0]
+        if (register := held(mem)) is not None:
+            names[conn] = register
         else:
-            dt = k.dtype(mem.container)
-            load = k.element(mem)
-            names[conn] = LOAD[dt].format(load) if dt in LOAD else load
+            names[conn] = k.locals[mem.container][0] if mem.container in k.locals else loaded(k, mem)
     names.update(k.params)
     return to_cuda(t.expr, names)
+
+
+def loaded(k: _Cuda, mem: Memlet) -> str:
+    """The load of ``mem`` as the kernel computes with it (16-bit storage widened to float)."""
+    text, dt = k.element(mem), k.dtype(mem.container)
+    return LOAD[dt].format(text) if dt in LOAD else text
 
 
 def _owned(k: _Cuda, out: Memlet) -> bool:

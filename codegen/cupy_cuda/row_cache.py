@@ -18,8 +18,7 @@ its rows — a quarter of the atomics, which serialize per address in L2 (LayerN
 """
 from __future__ import annotations
 
-from codegen.cupy_cuda.c_expr import to_cuda
-from codegen.cupy_cuda.cuda_source import C_TYPES, COMPUTE, LOAD, _Cuda
+from codegen.cupy_cuda.cuda_source import C_TYPES, COMPUTE, _Cuda, _value, loaded
 from codegen.cupy_cuda.reduction_pattern import WARP, Plan, pow2floor
 from ir import expr as E
 from ir.maps import param_counts, trip_count
@@ -193,17 +192,10 @@ class RowCache:
 
     def value(self, k: _Cuda, n: MapNode, t: Tasklet) -> str:
         """The tasklet's expression, its cached inputs read from registers."""
-        names = {}
-        for conn, mem in t.inputs.items():
+        def held(mem: Memlet) -> str | None:
             key = canonical(k, n, mem)
-            if key in self.arrays:
-                names[conn] = f"{self.arrays[key]}[it]"
-            elif mem.container in k.locals:
-                names[conn] = k.locals[mem.container][0]
-            else:
-                names[conn] = loaded(k, mem)
-        names.update(k.params)
-        return to_cuda(t.expr, names)
+            return f"{self.arrays[key]}[it]" if key in self.arrays else None
+        return _value(k, t, held)
 
 
 def canonical(k: _Cuda, n: MapNode, mem: Memlet) -> str | None:
@@ -233,9 +225,3 @@ def canonical_loads(k: _Cuda, n: MapNode) -> dict[str, Memlet]:
             if key is not None:
                 found.setdefault(key, mem)
     return found
-
-
-def loaded(k: _Cuda, mem: Memlet) -> str:
-    """The load of ``mem`` as the kernel computes with it (16-bit storage widened to float)."""
-    text, dt = k.element(mem), k.dtype(mem.container)
-    return LOAD[dt].format(text) if dt in LOAD else text
