@@ -12,7 +12,8 @@ Write-conflict resolution: outputs written with ``wcr`` start at the identity
 parameters that an output index does not depend on is a ``ufunc.reduce``, or
 ``ufunc.at`` for non-trivial index expressions; float sums and products accumulate in
 float64 and round once into the output. Locals of a map are stored with one leading axis
-per enclosing parameter.
+per enclosing parameter, indexed by the point's position along it (0, 1, …; a param may start
+above 0 or step by more than 1).
 """
 from __future__ import annotations
 
@@ -39,13 +40,14 @@ class _Scope:
         vals = [np.arange(*range_bounds(r, bindings), dtype=np.intp) for _, r in params]
         return _Scope(names, self.values + vals)
 
-    def index_arrays(self) -> dict[str, np.ndarray]:
+    def index_arrays(self, positions: bool = False) -> dict[str, np.ndarray]:
+        """Param -> its values (or, ``positions``, 0, 1, … as a local's axes count them), broadcast along its axis."""
         n = len(self.names)
         out = {}
         for k, (name, vals) in enumerate(zip(self.names, self.values)):
             shape = [1] * n
             shape[k] = len(vals)
-            out[name] = vals.reshape(shape)
+            out[name] = (np.arange(len(vals), dtype=np.intp) if positions else vals).reshape(shape)
         return out
 
     @property
@@ -108,7 +110,9 @@ def _target(name: str, env, outputs, locals_):
 
 
 def _index(mem: Memlet, depth: int, idx: dict[str, np.ndarray], scope: _Scope) -> tuple:
-    lead = tuple(idx[n] for n in scope.names[:depth])
+    """The advanced index of ``mem``; a local's first ``depth`` axes count its params' points (0, 1, …)."""
+    positions = scope.index_arrays(positions=True) if depth else {}
+    lead = tuple(positions[n] for n in scope.names[:depth])
     if mem.subset is None:
         return lead
     points = []
@@ -198,12 +202,12 @@ def _sliced(mem: Memlet, depth: int, scope: _Scope, shape: tuple, full: bool = F
     if not subset or len(subset) > len(shape) or (full or mem.subset is not None) and len(subset) != len(shape):
         return None
     index, params = [], []
-    for ix, size in zip(subset, shape):
+    for i, (ix, size) in enumerate(zip(subset, shape)):
         if isinstance(ix, E.Const) and isinstance(ix.value, (int, np.integer)):
             index.append(int(ix.value))
         elif isinstance(ix, E.Var) and ix.name in scope.names:
             k = scope.names.index(ix.name)
-            vals = scope.values[k]
+            vals = np.arange(len(scope.values[k])) if i < depth else scope.values[k]   # a local's axes: points
             step = int(vals[1] - vals[0]) if len(vals) > 1 else 1
             if k in params or not len(vals) or vals[0] < 0 or vals[-1] >= size or step <= 0:
                 return None

@@ -30,6 +30,27 @@ def test_a_store_at_constant_indices_from_a_map_of_extent_one():
     np.testing.assert_array_equal(out["y"], [[-2.5]])
 
 
+def test_locals_of_a_map_over_an_offset_strided_range(monkeypatch):
+    """map[i=1:9:3] { local s; map[j] { s += x[i, j] }; y[i] = 2·s }: a local's axes count the points of
+    i (0, 1, 2), not its values (1, 4, 7), which indexed past the local's end ("index 4 is out of bounds")."""
+    i, j = E.Var("i"), E.Var("j")
+    inner = MapNode("n", [("j", Range.of(0, 5))], [Tasklet("acc", E.Var("v"), {"v": Memlet("x", (i, j))},
+                                                           Memlet("s", wcr="sum"))])
+    body = [inner, Tasklet("out", E.Bin("mul", E.Const(2.0), E.Var("v")), {"v": Memlet("s")}, Memlet("y", (i,)))]
+    g = Graph("g")
+    g.add_container(Container("x", (9, 5), "float32", Role.INPUT))
+    g.add_container(Container("y", (9,), "float32", Role.OUTPUT))
+    g.inputs, g.outputs = ["x"], ["y"]
+    m = MapNode("m", [("i", Range.of(1, 9, 3))], body, locals={"s": Container("s", (), "float32")})
+    finalize(m, g)
+    g.add_node(m)
+    x = np.random.default_rng(0).standard_normal((9, 5)).astype(np.float32)
+    want = np.zeros(9, np.float32)
+    want[1::3] = 2 * x[1::3].sum(axis=1)
+    for out in _both_ways(g, {"x": x}, monkeypatch)[:2]:
+        np.testing.assert_allclose(out["y"], want, rtol=1e-6)
+
+
 # --- basic-indexing path (maps._Sliced) against the advanced-indexing path it stands in for ---------
 
 def _graph(shapes: dict[str, tuple], outputs: list[str], body, params) -> Graph:
