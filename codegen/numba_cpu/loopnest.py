@@ -80,8 +80,9 @@ class Nest(KernelWalk):
         return printer.emit(e) if not isinstance(e, E.Const) else str(int(e.value))
 
     def loop_head(self, name: str, r: Range, parallel: bool) -> str:
-        lo = "" if isinstance(r.start, E.Const) and int(r.start.value) == 0 else self.bound(r.start) + ", "
-        step = f", {r.step}" if r.step != 1 else ""
+        zero = isinstance(r.start, E.Const) and int(r.start.value) == 0
+        step = f", {r.step}" if r.step != 1 else ""     # range(stop, step) would read stop as the start
+        lo = ("0, " if step else "") if zero else self.bound(r.start) + ", "
         return f"for {name} in {'prange' if parallel else 'range'}({lo}{self.bound(r.stop)}{step}):"
 
     def tasklet(self, t: Tasklet) -> None:
