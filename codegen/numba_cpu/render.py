@@ -49,9 +49,10 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
 
 
 def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
-    """prange over the outermost param: every global write indexes it directly, and it pays
-    (the points of the map and of its nested sweeps, e.g. LayerNorm's rows × row length)."""
-    if not m.params or _work(m, graph) < PARALLEL_MIN_ITERS:
+    """prange over the outermost param: it steps by 1 (numba's prange takes no other step), every global
+    write indexes it directly, and it pays (the points of the map and of its nested sweeps, e.g.
+    LayerNorm's rows × row length)."""
+    if not m.params or m.params[0][1].step != 1 or _work(m, graph) < PARALLEL_MIN_ITERS:
         return False
     outer = E.Var(m.params[0][0])
     for node, _ in m.walk():

@@ -18,7 +18,7 @@ from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, Tasklet
 from tests.unit.codegen import cuda_emulation
 
-ROWS, COLS = 9, 11
+SIZES = {"serial": (9, 11), "prange": (600, 300)}     # the second is large enough for a parallel outer loop
 RANGES = {"from 0": ((0, 1), (0, 1)), "offset": ((1, 1), (1, 2)), "strided rows": ((2, 3), (0, 1)),
           "both": ((0, 2), (3, 1))}
 i, j = E.Var("i"), E.Var("j")
@@ -29,7 +29,8 @@ def _range(start_step: tuple[int, int], stop: int) -> Range:
     return Range.of(start, stop, step)
 
 
-def _graph(body: str, ranges) -> Graph:
+def _graph(body: str, ranges, size: str = "serial") -> Graph:
+    ROWS, COLS = SIZES[size]
     g = Graph("g")
     g.add_container(Container("x", (ROWS, COLS), "float32", Role.INPUT))
     out = {"elementwise": (ROWS, COLS), "column max": (COLS,)}.get(body, (ROWS,))
@@ -55,22 +56,28 @@ def _graph(body: str, ranges) -> Graph:
     return g
 
 
-def _feeds() -> dict[str, np.ndarray]:
-    return {"x": np.random.default_rng(0).standard_normal((ROWS, COLS)).astype(np.float32)}
+def _feeds(size: str = "serial") -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(0).standard_normal(SIZES[size]).astype(np.float32)}
 
 
 BODIES = ["elementwise", "row sum into a local", "row sum", "column max"]
 
 
+@pytest.mark.parametrize("size", sorted(SIZES))
 @pytest.mark.parametrize("ranges", sorted(RANGES))
 @pytest.mark.parametrize("body", BODIES)
-def test_numba_kernels_walk_the_ranges_as_the_reference(body, ranges):
+def test_numba_kernels_walk_the_ranges_as_the_reference(body, ranges, size):
+    """With ``prange`` too, whose loops must step by 1 (a strided outer loop stays serial)."""
     pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+    from codegen.numba_cpu.render import kernel_source
     from codegen.numba_cpu.runner import CompiledGraph
-    g = _graph(body, RANGES[ranges])
-    cg = CompiledGraph(g, threads=1)
+    g = _graph(body, RANGES[ranges], size)
+    (m,) = g.nodes.values()
+    parallel = kernel_source(m, g, parallel=True).parallel
+    assert parallel == (size == "prange" and body != "column max" and RANGES[ranges][0][1] == 1)
+    cg = CompiledGraph(g, threads=2 if parallel else 1)
     assert not cg.extern_nodes(), cg.extern_nodes()
-    np.testing.assert_allclose(cg.run(_feeds())["y"], reference(g, _feeds())["y"], rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(cg.run(_feeds(size))["y"], reference(g, _feeds(size))["y"], rtol=2e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("ranges", sorted(RANGES))
