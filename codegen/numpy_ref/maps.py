@@ -37,6 +37,10 @@ class _Scope:
 
     def extended(self, params, bindings) -> "_Scope":
         names = self.names + [p for p, _ in params]
+        for p, r in params:
+            if outer := sorted((E.free_vars(r.start) | E.free_vars(r.stop)) & set(names)):
+                raise ValueError(f"map param '{p}' has a range that depends on '{outer[0]}'; the reference "
+                                 "executor runs rectangular iteration spaces only")
         vals = [np.arange(*range_bounds(r, bindings), dtype=np.intp) for _, r in params]
         return _Scope(names, self.values + vals)
 

@@ -12,13 +12,14 @@ import pytest
 from codegen.numpy_ref.executor import run as reference
 from ir import expr as E
 from ir.containers import Container, Role
+from ir.errors import KernelError
 from ir.graph import Graph
 from ir.maps import finalize
 from ir.memlet import Memlet, Range
 from ir.nodes import MapNode, Tasklet
 from tests.unit.codegen import cuda_emulation
 
-SIZES = {"serial": (9, 11), "prange": (600, 300)}     # the second is large enough for a parallel outer loop
+SIZES = {"serial": (9, 11), "prange": (300, 600)}     # the second is large enough for a parallel outer loop
 RANGES = {"from 0": ((0, 1), (0, 1)), "offset": ((1, 1), (1, 2)), "strided rows": ((2, 3), (0, 1)),
           "both": ((0, 2), (3, 1))}
 i, j = E.Var("i"), E.Var("j")
@@ -94,3 +95,13 @@ def test_cuda_kernels_walk_the_ranges_as_the_reference(body, ranges, tmp_path):
     fill = -np.inf if body == "column max" and ks.init["y"].kind == "full" else 0
     got = cuda_emulation.emulate(ks, {"x": _feeds()["x"], "y": np.full(shape, fill, np.float32)}, tmp_path)["y"]
     np.testing.assert_allclose(got, reference(g, _feeds())["y"], rtol=2e-6, atol=1e-6)
+
+
+def test_a_range_that_depends_on_an_outer_param_is_refused_by_the_reference_by_name():
+    """The reference runs rectangular iteration spaces (every statement over all points at once)."""
+    g = _graph("row sum into a local", RANGES["from 0"])
+    (m,) = g.nodes.values()
+    (p, r), = m.body[0].params
+    m.body[0].params = [(p, Range(r.start, E.Bin("add", i, E.Const(1, "int64")), r.step))]
+    with pytest.raises(KernelError, match="param .j. has a range that depends on .i.; the reference executor"):
+        reference(g, _feeds())
