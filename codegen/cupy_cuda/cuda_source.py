@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from codegen.cupy_cuda.c_expr import C_TYPES, to_cuda
+from codegen.cupy_cuda.c_expr import C_TYPES, HELPER_SOURCES, index_to_cuda, to_cuda
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
 from codegen.cupy_cuda.reduction_pattern import WCR_OP
 from codegen.program.kernel import UnsupportedMap, kernel_name, output_init
@@ -134,7 +134,7 @@ class _Cuda(KernelWalk):
         return dt
 
     def index(self, e: E.Expr) -> str:
-        return to_cuda(e, self.params)
+        return index_to_cuda(e, self.params)
 
     def loop_head(self, name: str, r: Range, parallel: bool) -> str:
         bindings = dict(self.graph.bindings)
@@ -207,7 +207,7 @@ def _value(k: _Cuda, t: Tasklet, held: Callable[[Memlet], str | None] = lambda m
         else:
             names[conn] = k.locals[mem.container][0] if mem.container in k.locals else loaded(k, mem)
     names.update(k.params)
-    return to_cuda(t.expr, names)
+    return to_cuda(t.expr, names, k.helpers)
 
 
 def loaded(k: _Cuda, mem: Memlet) -> str:
@@ -255,12 +255,13 @@ def points_kernel(m: MapNode, graph: Graph, *, storage: str | None = None) -> Cu
 
 def finish(k: _Cuda, body: str, bounds: str, how: Launch, module_globals: str = "",
            threads: int | None = None) -> CudaKernel:
-    """The kernel record: PRELUDE (+ module-scope device variables) + signature + body, named after what it
-    fuses and the hash of its text (``kernel_name``)."""
+    """The kernel record: PRELUDE (+ the helpers its expressions call, + module-scope device variables) +
+    signature + body, named after what it fuses and the hash of its text (``kernel_name``)."""
     sig = _signature(k, "KERNEL")
     if bounds:
         sig = sig.replace(" void KERNEL(", f" void {bounds} KERNEL(", 1)
-    text = PRELUDE + "\n" + module_globals + sig + " {\n" + body + "\n}\n"
+    helpers = "".join(HELPER_SOURCES[h] for h in sorted(k.helpers))
+    text = PRELUDE + "\n" + helpers + module_globals + sig + " {\n" + body + "\n}\n"
     name = kernel_name(k.m.label, text)
     text = text.replace(" KERNEL(", f" {name}(", 1).replace("KERNEL_", f"{name}_")   # module-scope names
     init = {c: output_init(k.m, c, k.graph) for c in k.written}
