@@ -42,11 +42,12 @@ _NP_UNARY = {"floor": "np.floor", "ceil": "np.ceil", "sign": "np.sign", "round":
              "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh"}
 NUMERIC = frozenset(dtypes.NUMERIC_TYPES)
 
-IDIV_SOURCE = '''def _idiv(a, b):
-    q = a // b
-    return q + 1 if q < 0 and q * b != a else q
-'''
-"""C-style integer division (truncation toward zero), as the reference's ``div`` on ints."""
+INTEGER_SOURCES = {
+    "_idiv": "def _idiv(a, b):\n    q = a // b\n    return q + 1 if q < 0 and q * b != a else q\n",
+    "_ifmod": "def _ifmod(a, b):\n    r = a % b\n    return r - b if r != 0 and (a < 0) != (b < 0) else r\n",
+}
+"""C-style integer division (truncation toward zero) and remainder (the dividend's sign), as the reference's
+``div`` and ``fmod`` (``np.fmod``) on ints: numba 0.68's ``np.fmod`` of two integers gives -6 fmod 4 = 2, not -2."""
 
 COMBINE_SOURCES = {
     "dcs_max": "def dcs_max(a, b):\n    return b if b > a or b != b else a\n",
@@ -189,9 +190,10 @@ class NumbaExpr(ExprPrinter):
         if e.op in _TYPE_FREE:
             return super().binary(e)
         self.dtype(e)             # the rest depend on their operands' types: refuse two without a common one
-        if e.op == "div" and not (is_float(self.dtype(e.a)) or is_float(self.dtype(e.b))):
-            self.helpers.add("_idiv")
-            return f"_idiv({self.emit(e.a)}, {self.emit(e.b)})"
+        if e.op in ("div", "fmod") and not (is_float(self.dtype(e.a)) or is_float(self.dtype(e.b))):
+            helper = "_idiv" if e.op == "div" else "_ifmod"
+            self.helpers.add(helper)
+            return f"{helper}({self.emit(e.a)}, {self.emit(e.b)})"
         if e.op in ("and", "or", "xor"):
             a, b = (self.cast(self.emit(x), self.dtype(x), "bool") for x in (e.a, e.b))
             return f"({a} {dict(_LOGICAL)[e.op]} {b})"

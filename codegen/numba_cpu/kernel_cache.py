@@ -26,7 +26,7 @@ from types import SimpleNamespace
 from typing import Any, Iterable
 
 from codegen.numba_cpu import flush, halfbits
-from codegen.numba_cpu.exprs import COMBINE_SOURCES, IDIV_SOURCE
+from codegen.numba_cpu.exprs import COMBINE_SOURCES, INTEGER_SOURCES
 from codegen.numba_cpu.fastmath import source_of
 from codegen.numba_cpu.loopnest import FASTMATH
 from codegen.program.kernel import KernelSource
@@ -53,9 +53,9 @@ def cache_dir() -> Path:
 
 
 def helper_source(name: str) -> str:
-    """An ``@njit(inline="always")`` helper kernels may call (fastmath forms, ``_idiv``); the MXCSR
-    intrinsics of ``flush`` are imported instead (``flush.IMPORT``)."""
-    text = IDIV_SOURCE if name == "_idiv" else COMBINE_SOURCES.get(name) or (
+    """An ``@njit(inline="always")`` helper kernels may call (fastmath forms, ``_idiv``, ``_ifmod``); the
+    MXCSR intrinsics of ``flush`` are imported instead (``flush.IMPORT``)."""
+    text = INTEGER_SOURCES.get(name) or COMBINE_SOURCES.get(name) or (
         halfbits.source_of(name) if name in halfbits.HELPERS else source_of(name))
     return '@njit(inline="always", cache=True, error_model="numpy", fastmath=_FM)\n' + text
 

@@ -1,0 +1,174 @@
+"""Every op of ``ir.expr`` means on every backend what it means in the reference (``ir.expr.evaluate``, NumPy).
+
+One map per dtype holds one tasklet per op, over operands with both signs, zeros and halves (rounding
+ties); the numba kernel and the CUDA kernel (in the host emulation) must give the reference's values.
+This found numba 0.68's ``np.fmod`` of two ints wrong (-6 fmod 4 gave 2; now ``_ifmod``).
+
+ONNX Mod (``fmod=0``) is NumPy's ``mod``: the result takes the divisor's sign. C's ``%`` takes the
+dividend's sign and is no float operator, so the CUDA kernels call ``dcs_mod`` (``c_expr.HELPER_SOURCES``),
+defined in the kernels that use it; before, an int32 Mod of -7 by 3 gave -1 where NumPy gives 2, and a
+float Mod did not compile. Index expressions keep C's ``%``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from codegen.numpy_ref.executor import run as reference
+from codegen.program.prepare import lower_for_codegen
+from ir.nodes import MapNode
+from ir.onnx_import import import_proto
+from tests.unit.codegen import cuda_emulation
+from tests.unit.ir.onnx_models import model
+
+X = [7, 7, -7, -7, -1, 1, 0, -8, 5]
+B = [3, -3, 3, -3, 5, -5, 2, 7, 5]
+DTYPES = ["float32", "int32", "int64"]
+
+
+def _mod_graph(dt: str):
+    tp = {"float32": TensorProto.FLOAT, "int32": TensorProto.INT32, "int64": TensorProto.INT64}[dt]
+    b = numpy_helper.from_array(np.array(B, dt), "b")
+    m = model([helper.make_node("Mod", ["x", "b"], ["y"])], [helper.make_tensor_value_info("x", tp, [len(X)])],
+              [helper.make_tensor_value_info("y", tp, [len(X)])], [b])
+    return import_proto(m)
+
+
+def _feeds(dt: str) -> dict[str, np.ndarray]:
+    return {"x": np.array(X, dt)}
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_reference_mod_is_numpys(dt):
+    np.testing.assert_array_equal(reference(_mod_graph(dt), _feeds(dt))["y"], np.mod(np.array(X, dt), np.array(B, dt)))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_numba_mod_is_numpys(dt):
+    pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+    from codegen.numba_cpu.runner import CompiledGraph
+    g = _mod_graph(dt)
+    cg = CompiledGraph(g, threads=1)
+    assert not cg.extern_nodes(), cg.extern_nodes()
+    np.testing.assert_array_equal(cg.run(_feeds(dt))["y"], reference(g, _feeds(dt))["y"])
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_cuda_mod_is_numpys_and_compiles(dt, tmp_path):
+    from codegen.cupy_cuda.nvrtc import ARCHS, available, compile_check
+    from codegen.cupy_cuda.render import kernel_source
+    reason = cuda_emulation.available()
+    if reason:
+        pytest.skip(reason)
+    g = _mod_graph(dt)
+    low = lower_for_codegen(g)
+    (m,) = [n for n in low.nodes.values() if isinstance(n, MapNode)]
+    ks = kernel_source(m, low)
+    assert "dcs_mod(" in ks.source and ks.source.count("#define DCS_MOD") == 1
+    arrays = {"x": _feeds(dt)["x"], "b": np.array(B, dt), "y": np.zeros(len(X), dt)}
+    got = cuda_emulation.emulate(ks, {c: arrays[c] for c in ks.arrays}, tmp_path)["y"]
+    np.testing.assert_array_equal(got, reference(g, _feeds(dt))["y"])
+    if available() is None:
+        twice = ks.source + ks.source[ks.source.index("#ifndef DCS_MOD"):].replace(ks.name, ks.name + "_again")
+        assert compile_check(twice, ks.name, ARCHS[0]).ok      # the guard: two kernels in one unit define it once
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("op", ["mod", "floordiv"])
+def test_cuda_mod_and_floordiv_tasklets_are_numpys(op, dt, tmp_path):
+    """A tasklet's floordiv (no lowering prints one today) floors, as ``np.floor_divide``."""
+    from codegen.cupy_cuda.render import kernel_source
+    from ir import expr as E
+    from ir.containers import Container, Role
+    from ir.graph import Graph
+    from ir.maps import finalize
+    from ir.memlet import Memlet, Range
+    from ir.nodes import Tasklet
+    reason = cuda_emulation.available()
+    if reason:
+        pytest.skip(reason)
+    g = Graph("g")
+    for name, role in (("x", Role.INPUT), ("b", Role.INPUT), ("y", Role.OUTPUT)):
+        g.add_container(Container(name, (len(X),), dt, role))
+    g.inputs, g.outputs = ["x", "b"], ["y"]
+    i = E.Var("i")
+    t = Tasklet("t", E.Bin(op, E.Var("u"), E.Var("v")), {"u": Memlet("x", (i,)), "v": Memlet("b", (i,))},
+                Memlet("y", (i,)))
+    m = MapNode("m", [("i", Range.of(0, len(X)))], [t])
+    finalize(m, g)
+    g.add_node(m)
+    feeds = {"x": np.array(X, dt), "b": np.array(B, dt)}
+    ks = kernel_source(m, g)
+    got = cuda_emulation.emulate(ks, {**feeds, "y": np.zeros(len(X), dt)}, tmp_path)["y"]
+    np.testing.assert_array_equal(got, getattr(np, {"mod": "mod", "floordiv": "floor_divide"}[op])(*feeds.values()))
+    np.testing.assert_array_equal(got, reference(g, feeds)["y"])
+    from codegen.cupy_cuda.nvrtc import available, compile_check
+    assert available() is not None or compile_check(ks.source, ks.name).ok
+
+
+BOOL_RESULT = {"not", "isnan", "isinf", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"}
+FLOAT_ONLY = {"sqrt", "log", "exp", "tanh", "erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+              "asinh", "acosh", "atanh", "log1p", "expm1", "recip", "isnan", "isinf", "pow"}
+OPERANDS = {"float32": ([-3, -2.5, -1.5, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 1.5, 2, 2.5, 3, 0.75, -0.75],
+                        [2, -2, 1.5, -1.5, 3, -3, 1, 2, -1, 0.5, 2.5, -0.5, 3, 1, 4, -4]),
+            "int32": ([-6, -5, -3, -2, -1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 2, -2],
+                      [4, -4, 3, -3, 6, -6, 2, 4, -2, 1, 5, -1, 6, 2, 8, -8])}
+
+
+def _every_op(dt: str):
+    """map[i] { y<k>[i] = op_k(x[i], z[i]) } for every op defined on ``dt`` (logical ops on x > 0, z > 0)."""
+    from ir import expr as E
+    from ir.containers import Container, Role
+    from ir.graph import Graph
+    from ir.maps import finalize
+    from ir.memlet import Memlet, Range
+    from ir.nodes import Tasklet
+    n = len(OPERANDS[dt][0])
+    ops = [op for op in E.UNARY_OPS + E.BINARY_OPS if dt == "float32" or op not in FLOAT_ONLY]
+    g = Graph("g")
+    for name in ("x", "z"):
+        g.add_container(Container(name, (n,), dt, Role.INPUT))
+    i, body = E.Var("i"), []
+    positive = {name: E.Bin("gt", E.Var(name), E.Const(0, dt)) for name in ("u", "v")}
+    for k, op in enumerate(ops):
+        g.add_container(Container(f"y{k}", (n,), "bool" if op in BOOL_RESULT else dt, Role.OUTPUT))
+        u, v = (positive["u"], positive["v"]) if op in ("not", "and", "or", "xor") else (E.Var("u"), E.Var("v"))
+        e = E.Un(op, u) if op in E.UNARY_OPS else E.Bin(op, u, v)
+        body.append(Tasklet(f"t{k}", e, {"u": Memlet("x", (i,)), "v": Memlet("z", (i,))}, Memlet(f"y{k}", (i,))))
+    g.inputs, g.outputs = ["x", "z"], [f"y{k}" for k in range(len(ops))]
+    m = MapNode("m", [("i", Range.of(0, n))], body)
+    finalize(m, g)
+    g.add_node(m)
+    return g, m, ops, {"x": np.array(OPERANDS[dt][0], dt), "z": np.array(OPERANDS[dt][1], dt)}
+
+
+def _same_per_op(got: dict, want: dict, ops: list[str]) -> None:
+    """Equal up to float32 math (fast exp/tanh/erf forms, CUDA's float functions: a few ulp), NaN where NaN."""
+    wrong = [op for k, op in enumerate(ops) if not np.allclose(np.asarray(got[f"y{k}"], np.float64),
+                                                              np.asarray(want[f"y{k}"], np.float64),
+                                                              rtol=1e-5, atol=1e-6, equal_nan=True)]
+    assert not wrong, {op: (got[f"y{ops.index(op)}"], want[f"y{ops.index(op)}"]) for op in wrong}
+
+
+@pytest.mark.parametrize("dt", sorted(OPERANDS))
+def test_numba_prints_every_op_as_the_reference(dt):
+    pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+    from codegen.numba_cpu.runner import CompiledGraph
+    g, _, ops, feeds = _every_op(dt)
+    cg = CompiledGraph(g, threads=1)
+    assert not cg.extern_nodes(), cg.extern_nodes()
+    with np.errstate(all="ignore"):
+        _same_per_op(cg.run(feeds), reference(g, feeds), ops)
+
+
+@pytest.mark.parametrize("dt", sorted(OPERANDS))
+def test_cuda_prints_every_op_as_the_reference(dt, tmp_path):
+    from codegen.cupy_cuda.render import kernel_source
+    reason = cuda_emulation.available()
+    if reason:
+        pytest.skip(reason)
+    g, m, ops, feeds = _every_op(dt)
+    ks = kernel_source(m, g)
+    arrays = {c: feeds[c] if c in feeds else np.zeros(len(feeds["x"]), g.container(c).dtype) for c in ks.arrays}
+    with np.errstate(all="ignore"):
+        _same_per_op(cuda_emulation.emulate(ks, arrays, tmp_path), reference(g, feeds), ops)
