@@ -134,7 +134,7 @@ class NumbaExpr(ExprPrinter):
 
     def dtype(self, e: E.Expr) -> str:
         if isinstance(e, E.Const):
-            return e.dtype
+            return "float32" if e.dtype in halfbits.LOAD else e.dtype     # 16-bit floats compute in float32
         if isinstance(e, E.Var):
             try:
                 return self.types[e.name]
@@ -154,7 +154,7 @@ class NumbaExpr(ExprPrinter):
         return promote(self.dtype(e.a), self.dtype(e.b))
 
     def literal(self, value, dtype: str) -> str:
-        return literal(value, dtype)
+        return literal(value, "float32" if dtype in halfbits.LOAD else dtype)
 
     def convert(self, e: E.Cast) -> str:
         return self.cast(self.emit(e.a), self.dtype(e.a), e.dtype)

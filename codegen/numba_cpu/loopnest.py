@@ -152,8 +152,8 @@ def tasklet_line(nest: Nest, t: Tasklet) -> None:
     printer = NumbaExpr(types, names, nest.fast, zero=ZERO)
     expr = _hoist(nest, t.expr, invariant, printer)
     value, vdt = printer.emit(expr), printer.dtype(expr)
-    nest.helpers |= printer.helpers
     nest.line(_store(nest, t.output, value, vdt, printer))
+    nest.helpers |= printer.helpers            # after the store: its cast may call a halfbits helper
 
 
 def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: NumbaExpr) -> E.Expr:

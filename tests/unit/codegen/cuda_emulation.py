@@ -80,6 +80,9 @@ inline std::uint16_t dcs_round16(float f, int shift) {   // float32 -> upper bit
 struct __nv_bfloat16 { std::uint16_t bits; };
 inline float __bfloat162float(__nv_bfloat16 h) { std::uint32_t u = (std::uint32_t)h.bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {dcs_round16(f, 16)}; }
+struct __half { _Float16 value; };      // GCC's IEEE half: conversions round to nearest even
+inline float __half2float(__half h) { return (float)h.value; }
+inline __half __float2half_rn(float f) { return {(_Float16)f}; }
 """
 
 RUNNER = r"""
@@ -108,7 +111,8 @@ static void dcs_write(const char* path, const char* buf, size_t bytes) {
 """
 
 NUMPY = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32, "bool": np.bool_,
-         "uint8": np.uint8, "int8": np.int8, "int16": np.int16, "bfloat16": np.uint16}
+         "uint8": np.uint8, "int8": np.int8, "int16": np.int16, "bfloat16": np.uint16,
+         "float16": np.float16}
 
 
 def available() -> str | None:
