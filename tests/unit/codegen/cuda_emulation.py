@@ -77,12 +77,22 @@ inline std::uint16_t dcs_round16(float f, int shift) {   // float32 -> upper bit
   if ((u & 0x7fffffffu) > 0x7f800000u) return (std::uint16_t)((u >> shift) | 0x40);
   return (std::uint16_t)((u + ((1u << (shift - 1)) - 1) + ((u >> shift) & 1)) >> shift);
 }
-struct __nv_bfloat16 { std::uint16_t bits; };
-inline float __bfloat162float(__nv_bfloat16 h) { std::uint32_t u = (std::uint32_t)h.bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
-inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {dcs_round16(f, 16)}; }
-struct __half { _Float16 value; };      // GCC's IEEE half: conversions round to nearest even
-inline float __half2float(__half h) { return (float)h.value; }
-inline __half __float2half_rn(float f) { return {(_Float16)f}; }
+struct __nv_bfloat16 {     // converts to and from float as CUDA's does (a Cast prints ``(__nv_bfloat16)(x)``)
+  std::uint16_t bits;
+  __nv_bfloat16() = default;
+  __nv_bfloat16(float f) : bits(dcs_round16(f, 16)) {}
+  operator float() const { std::uint32_t u = (std::uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
+};
+inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+struct __half {            // GCC's IEEE half: conversions round to nearest even
+  _Float16 value;
+  __half() = default;
+  __half(float f) : value((_Float16)f) {}
+  operator float() const { return (float)value; }
+};
+inline float __half2float(__half h) { return (float)h; }
+inline __half __float2half_rn(float f) { return __half(f); }
 """
 
 RUNNER = r"""

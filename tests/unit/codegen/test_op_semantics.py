@@ -177,3 +177,53 @@ def test_cuda_prints_every_op_as_the_reference(dt, tmp_path):
     arrays = {c: feeds[c] if c in feeds else np.zeros(len(feeds["x"]), g.container(c).dtype) for c in ks.arrays}
     with np.errstate(all="ignore"):
         _same_per_op(cuda_emulation.emulate(ks, arrays, tmp_path), reference(g, feeds), ops)
+
+
+CAST_SOURCES = ["float32", "float16", "int32", "int64", "bool"]
+CAST_TARGETS = ["float32", "float64", "float16", "int32", "int64", "int8", "bool"]
+CAST_VALUES = [-3, -2.5, -1.5, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 1.5, 2, 2.5, 3, 0.75, 100.7]
+"""In range for every target (C leaves a float out of an integer type's range undefined; NumPy wraps)."""
+
+
+def _casts(src: str):
+    """map[i] { y<k>[i] = target_k(x[i]) } from ``src`` to every other dtype: floats truncate toward zero."""
+    from ir import expr as E
+    from ir.containers import Container, Role
+    from ir.graph import Graph
+    from ir.maps import finalize
+    from ir.memlet import Memlet, Range
+    from ir.nodes import Tasklet
+    targets = [t for t in CAST_TARGETS if t != src]
+    g = Graph("g")
+    g.add_container(Container("x", (len(CAST_VALUES),), src, Role.INPUT))
+    i, body = E.Var("i"), []
+    for k, t in enumerate(targets):
+        g.add_container(Container(f"y{k}", (len(CAST_VALUES),), t, Role.OUTPUT))
+        body.append(Tasklet(f"t{k}", E.Cast(E.Var("u"), t), {"u": Memlet("x", (i,))}, Memlet(f"y{k}", (i,))))
+    g.inputs, g.outputs = ["x"], [f"y{k}" for k in range(len(targets))]
+    m = MapNode("m", [("i", Range.of(0, len(CAST_VALUES)))], body)
+    finalize(m, g)
+    g.add_node(m)
+    x = np.array(CAST_VALUES, np.float32)
+    x = x > 0 if src == "bool" else x.astype(dtypes.to_numpy(src)) if src.startswith("float") else np.trunc(x).astype(src)
+    return g, m, targets, {"x": x}
+
+
+@pytest.mark.parametrize("src", CAST_SOURCES)
+def test_casts_are_the_references_on_both_backends(src, tmp_path):
+    pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+    from codegen.cupy_cuda.render import kernel_source
+    from codegen.numba_cpu.runner import CompiledGraph
+    g, m, targets, feeds = _casts(src)
+    want = reference(g, feeds)
+    cg = CompiledGraph(g, threads=1)
+    assert not cg.extern_nodes(), cg.extern_nodes()
+    outputs = {"numba": cg.run(feeds)}
+    if cuda_emulation.available() is None:
+        ks = kernel_source(m, g)
+        arrays = {c: feeds[c] if c in feeds else np.zeros(len(CAST_VALUES), dtypes.to_numpy(g.container(c).dtype))
+                  for c in ks.arrays}
+        outputs["cuda"] = cuda_emulation.emulate(ks, arrays, tmp_path)
+    for backend, got in outputs.items():
+        wrong = [t for k, t in enumerate(targets) if not np.array_equal(np.asarray(got[f"y{k}"]), want[f"y{k}"])]
+        assert not wrong, (backend, wrong)
