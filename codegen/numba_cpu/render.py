@@ -4,9 +4,9 @@ its callers."""
 from __future__ import annotations
 
 from codegen.numba_cpu import flush, schedules
-from codegen.program.expr_print import UnsupportedExpr
 from codegen.numba_cpu.fastmath import FORMS
 from codegen.numba_cpu.loopnest import ZERO, Nest, _invariant_reads
+from codegen.program.expr_print import UnsupportedExpr
 from codegen.program.kernel import KernelSource, UnsupportedMap, kernel_name, output_init, storage_dtype
 from ir import expr as E
 from ir.graph import Graph

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals
-from ir.graph import Graph
 from ir import expr as E
+from ir.graph import Graph
 from ir.memlet import Range, Wcr
 from ir.nodes import MapNode, Tasklet
 
