@@ -48,7 +48,7 @@ from __future__ import annotations
 from codegen.cupy_cuda.cuda_source import C_TYPES, COMPUTE, LOAD, STORE, _Cuda, _store, _value, finish
 from codegen.cupy_cuda.launch import CudaKernel, launch
 from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan, Target, plan_for
-from codegen.cupy_cuda.row_cache import RowCache, nested_counts, positions, thread_stride
+from codegen.cupy_cuda.row_cache import RowCache, positions, thread_stride
 from codegen.cupy_cuda.split_blocks import ColumnSplit, RowSplit
 from codegen.program.kernel import UnsupportedMap
 from ir import dtypes
@@ -233,7 +233,7 @@ def _partial_type(k: _Cuda, tg: Target) -> str:
 
 def _loop(k: _Cuda, plan: Plan, n: MapNode, partials: dict, cache: RowCache | None = None,
           split: RowSplit | ColumnSplit | None = None) -> None:
-    counts = nested_counts(k, n)
+    counts = param_counts(n.params, k.graph.bindings)
     total = 1
     for *_, c in counts:
         total *= c

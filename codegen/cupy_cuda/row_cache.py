@@ -32,11 +32,6 @@ ROWS_PER_SUMMING_BLOCK = 4  # rows a block takes when it sums into elements shar
 MIN_SUMMING_BLOCKS = 256    # …while keeping at least this many blocks
 
 
-def nested_counts(k: _Cuda, n: MapNode) -> list[tuple[str, int, int, int]]:
-    """(param, start, step, count) of each param of nested map ``n``."""
-    return param_counts(n.params, k.graph.bindings)
-
-
 def thread_stride(plan: Plan) -> tuple[str, int]:
     if plan.kind == "warp_rows" and plan.lanes < WARP:
         return f"(threadIdx.x % {plan.lanes})", plan.lanes
@@ -83,7 +78,8 @@ class RowCache:
             return None
         for i, (p, _) in enumerate(k.m.params):     # the names ``_params`` gives them (keys print with them)
             k.params.setdefault(p, f"p{i}")
-        shapes = {tuple((start, step, c) for _, start, step, c in nested_counts(k, n)) for n in nested}
+        counts = [param_counts(n.params, k.graph.bindings) for n in nested]
+        shapes = {tuple((start, step, c) for _, start, step, c in each) for each in counts}
         if len(shapes) != 1:
             return None
         total = 1
@@ -108,7 +104,7 @@ class RowCache:
             first[key] = 0 if key in later else uses[key][0]
         cache = cls(steps, arrays, first, nested, {key: COMPUTE.get(dt, dt) for key, dt in dtypes.items()})
         cache.prefetched = {key: nested[uses[key][0]] for key in later}
-        cache.counts, cache.total = nested_counts(k, nested[0]), total
+        cache.counts, cache.total = counts[0], total
         if plan.kind == "rows":
             cache._plan_rows(k, plan)
         return cache
