@@ -39,6 +39,14 @@ def trip_count(params: Iterable[tuple[str, Range]], bindings: Mapping[str, int])
     return math.prod(c for *_, c in param_counts(params, bindings))
 
 
+def trip_count_or(params: Iterable[tuple[str, Range]], bindings: Mapping[str, int], unknown: int) -> int:
+    """``trip_count``, or ``unknown`` where a bound names a size the bindings do not give."""
+    try:
+        return trip_count(params, bindings)
+    except (KeyError, TypeError, ValueError):
+        return unknown
+
+
 def tasklet_accesses(m: MapNode):
     """Yield (tasklet, memlet, is_write, enclosing params) for every tasklet memlet in ``m``."""
     for node, scopes in m.walk():

@@ -30,6 +30,7 @@ text, so the text is specific to the sizes; the hash-derived name makes it uniqu
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from codegen.cupy_cuda.c_expr import C_TYPES, HELPER_SOURCES, index_to_cuda, to_cuda
@@ -172,9 +173,7 @@ def _thread_params(k: _Cuda) -> None:
     """Top-level params from the flat thread index (last param fastest, like C order)."""
     counts = param_counts(k.m.params, k.graph.bindings)
     k.extents.extend(n for *_, n in counts)
-    size = 1
-    for *_, n in counts:
-        size *= n
+    size = math.prod(n for *_, n in counts)
     if size < 2**31:
         # 32-bit index math with the extents as literals: division by a constant is a multiply and a
         # shift, where 64-bit division by a runtime extent is a software routine of ~70 instructions

@@ -18,6 +18,8 @@ its rows — a quarter of the atomics, which serialize per address in L2 (LayerN
 """
 from __future__ import annotations
 
+import math
+
 from codegen.cupy_cuda.cuda_source import C_TYPES, COMPUTE, _Cuda, _value, loaded
 from codegen.cupy_cuda.reduction_pattern import WARP, Plan, pow2floor
 from ir import expr as E
@@ -82,9 +84,7 @@ class RowCache:
         shapes = {tuple((start, step, c) for _, start, step, c in each) for each in counts}
         if len(shapes) != 1:
             return None
-        total = 1
-        for *_, c in next(iter(shapes)):
-            total *= c
+        total = math.prod(c for *_, c in next(iter(shapes)))
         steps = -(-total // thread_stride(plan)[1])
         if not 0 < steps <= CACHE_STEPS:          # (rows of no points: nothing to cache)
             return None
@@ -178,13 +178,9 @@ class RowCache:
             return
         later_loads = {id(m): canonical_loads(k, m) for m in self.prefetched.values()}
         for key, later in self.prefetched.items():
-            saved = dict(k.params)     # the later map's params are at this map's positions (same points, same order)
-            k.params.update({p: k.params[q] for (p, _), (q, _) in zip(later.params, n.params)})
-            try:
+            # the later map's params are at this map's positions (same points, same order)
+            with k.renamed({p: k.params[q] for (p, _), (q, _) in zip(later.params, n.params)}):
                 k.line(f"{self.arrays[key]}[it] = {loaded(k, later_loads[id(later)][key])};   // prefetched")
-            finally:
-                k.params.clear()
-                k.params.update(saved)
 
     def value(self, k: _Cuda, n: MapNode, t: Tasklet) -> str:
         """The tasklet's expression, its cached inputs read from registers."""
@@ -203,13 +199,8 @@ def canonical(k: _Cuda, n: MapNode, mem: Memlet) -> str | None:
     inner = {p for p, _ in n.params}
     if not any(E.free_vars(ix) & inner for ix in (mem.subset or ()) if not isinstance(ix, Range)):
         return None
-    saved = dict(k.params)
-    k.params.update({p: f"q{i}" for i, (p, _) in enumerate(n.params)})
-    try:
+    with k.renamed({p: f"q{i}" for i, (p, _) in enumerate(n.params)}):
         return k.element(mem)
-    finally:
-        k.params.clear()
-        k.params.update(saved)
 
 
 def canonical_loads(k: _Cuda, n: MapNode) -> dict[str, Memlet]:

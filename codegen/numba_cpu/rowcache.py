@@ -36,7 +36,7 @@ from ir import dtypes
 from ir import expr as E
 from ir.nodes import MapNode, Tasklet
 
-from codegen.numba_cpu.loopnest import Nest, tasklet_line
+from codegen.numba_cpu.loopnest import Nest
 from codegen.program.kernel import first_wcr
 
 _HOLE = E.Var("·")
@@ -177,8 +177,8 @@ def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache, lo: str, hi: str) -> N
             nest.line(f"{u} = {nest.identity(wcr.get(loc), dt)}")
 
     start_next_row(lo, "c0")
-    nest.params[q] = "pn"
-    _with_locals(nest, next_row, lambda: _statement(nest, first, cache, "nxt"))
+    with nest.renamed({q: "pn"}, next_row):
+        _statement(nest, first, cache, "nxt")
     nest.params[q] = qname
     nest.line(f"for {qname} in range({lo}, {hi}):")
     nest.depth += 1
@@ -193,9 +193,9 @@ def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache, lo: str, hi: str) -> N
     nest.depth += 1
     j = nest.open_loop(*last.params[0])
     _sweep_body(nest, last, cache, "cur", j)
-    nest.params[q], nest.params[first.params[0][0]] = "pn", j
-    _with_locals(nest, next_row, lambda: _sweep_body(nest, first, cache, "nxt", j))
-    nest.params[q] = qname
+    nest.params[first.params[0][0]] = j
+    with nest.renamed({q: "pn"}, next_row):
+        _sweep_body(nest, first, cache, "nxt", j)
     nest.depth -= 2
     nest.line("else:")
     nest.depth += 1
@@ -203,24 +203,12 @@ def _skewed_rows(nest: Nest, m: MapNode, cache: RowCache, lo: str, hi: str) -> N
     nest.depth -= 2
 
 
-def _with_locals(nest: Nest, names: dict, print_fn) -> None:
-    """Run ``print_fn`` with the row locals in ``names`` printed under other variable names."""
-    saved = {loc: nest.locals.get(loc) for loc in names}
-    nest.locals.update(names)
-    print_fn()
-    for loc, old in saved.items():
-        if old is None:
-            del nest.locals[loc]
-        else:
-            nest.locals[loc] = old
-
-
 def _statement(nest: Nest, stmt, cache: RowCache, buffer: str) -> None:
     if isinstance(stmt, MapNode):
         _sweep_body(nest, stmt, cache, buffer, nest.open_loop(*stmt.params[0]))
         nest.depth -= 1
     else:
-        tasklet_line(nest, stmt)
+        nest.tasklet(stmt)
 
 
 def _sweep_body(nest: Nest, s: MapNode, cache: RowCache, buffer: str, j: str) -> None:
@@ -234,6 +222,6 @@ def _sweep_body(nest: Nest, s: MapNode, cache: RowCache, buffer: str, j: str) ->
         if k == cache.length - 1 and not first:
             nest.line(f"{nest.locals[t.output.container][0]} = {buffer}[{j}]")
             continue
-        tasklet_line(nest, t)
+        nest.tasklet(t)
         if k == cache.length - 1:
             nest.line(f"{buffer}[{j}] = {nest.locals[t.output.container][0]}")

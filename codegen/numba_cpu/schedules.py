@@ -32,11 +32,12 @@ from __future__ import annotations
 
 from ir import dtypes
 from ir import expr as E
+from ir.maps import trip_count_or
 from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
 from codegen.numba_cpu import rowcache
-from codegen.numba_cpu.loopnest import Nest, tasklet_line
+from codegen.numba_cpu.loopnest import Nest
 from codegen.program.kernel import accumulator_dtype, first_wcr, kernel_locals
 
 TILE = (32, 256)
@@ -57,7 +58,7 @@ def emit(nest: Nest, m: MapNode, parallel: bool) -> str:
     """Print ``m``'s loops with the schedule ``choose`` picks; returns its name."""
     kind = choose(m)
     cache = rowcache.plan(m, set(nest.written)) if kind == "default" else None
-    if cache is not None and _row_length(cache, nest) < ROWCACHE_MIN:
+    if cache is not None and trip_count_or(cache.sweeps[0].params, nest.graph.bindings, ROWCACHE_MIN) < ROWCACHE_MIN:
         cache = None
     if kind == "tiled":
         _tiled(nest, m, parallel)
@@ -76,15 +77,6 @@ ROWCACHE_MIN = 512
 (rows of 128) the buffered, skewed schedule took 12.6 ms against 2.5 ms for three plain sweeps
 (one thread, 1.6M scores): per row its buffer swap and the skewed next-row sweep cost more than
 re-reading a 512-byte row from L1. LayerNorm's 768–4096-wide rows keep the buffer."""
-
-
-def _row_length(cache, nest: Nest) -> int:
-    """Points of one sweep of the cached row (its trip count; unknown sizes count as long)."""
-    from ir.maps import trip_count
-    try:
-        return trip_count(cache.sweeps[0].params, nest.graph.bindings)
-    except (KeyError, TypeError, ValueError):
-        return ROWCACHE_MIN
 
 
 def _simple(r: Range) -> bool:
@@ -150,7 +142,7 @@ def _tiled(nest: Nest, m: MapNode, parallel: bool) -> None:
     nest.depth += 2
     nest.declare_locals(m)
     for stmt in m.body:
-        tasklet_line(nest, stmt)
+        nest.tasklet(stmt)
     nest.depth = depth
 
 
@@ -160,7 +152,7 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
         nest.open_loop(p, r)
     q, rq = m.params[-1]
     nq = nest.bound(rq.stop)
-    whole = _columns_known(rq, nest) <= WHOLE_ROW
+    whole = trip_count_or(m.params[-1:], nest.graph.bindings, WHOLE_ROW + 1) <= WHOLE_ROW
     first = first_wcr(m)
     qv = f"p{len(nest.params)}"
     inits = []
@@ -198,10 +190,10 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
         if isinstance(stmt, MapNode):
             nest.declare_locals(stmt)
             for t in stmt.body:
-                tasklet_line(nest, t)
+                nest.tasklet(t)
         else:
             for t in group:
-                tasklet_line(nest, t)
+                nest.tasklet(t)
         nest.depth = inner
     nest.depth = depth
 
@@ -214,7 +206,7 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
     Refused where a chunk would see another's work: a global written without a wcr at an index without
     the row param, a column local written without a wcr, a value read by the sweep that accumulates it."""
     row, q = sweep.params[0][0], m.params[-1][0]
-    if _points(m.params[-1:] + sweep.params, nest) < ROW_SPLIT_MIN:
+    if trip_count_or(m.params[-1:] + sweep.params, nest.graph.bindings, ROW_SPLIT_MIN) < ROW_SPLIT_MIN:
         return False
     acc: dict[str, str] = {}                       # column local or global -> its wcr
     read: set[str] = set()
@@ -232,12 +224,12 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
             return False
     if not acc or read & set(acc):
         return False
-    depth, saved = nest.depth, {}
+    depth, parts = nest.depth, {}                  # column local or global -> (its element, its partials)
     stop = nest.bound(sweep.params[0][1].stop)
     k = sum(line.startswith("nch") for line in nest.pre)      # this kernel's k-th split sweep
     nch = f"nch{k}"
     nest.pre.append(f"{nch} = max(1, min({ROW_CHUNKS}, {stop}))")
-    for c, wcr in acc.items():
+    for c in acc:
         if c in m.locals:
             name, dt = nest.locals[c]
         else:
@@ -245,12 +237,11 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
             name, dt = f"{nest.array(c)}[{', '.join(nest.index(ix) for ix in sub)}]", nest.graph.container(c).dtype
         part = f"{name.split('[')[0]}p{k}"
         nest.pre.append(f"{part} = np.empty(({ROW_CHUNKS}, {nq}), {dtypes.NUMPY_NAMES[dt]})")
-        saved[c] = (nest.locals.get(c), name, part)
-        nest.locals[c] = (f"{part}[ck, {qv}]", dt)
+        parts[c] = (name, part, dt)
     nest.line(f"for ck in prange({nch}):")
     nest.depth += 1
     for c, wcr in acc.items():
-        nest.line(f"{saved[c][2]}[ck, :] = {nest.identity(wcr, nest.locals[c][1])}")
+        nest.line(f"{parts[c][1]}[ck, :] = {nest.identity(wcr, parts[c][2])}")
     (p, _), *rest = sweep.params
     nest.params[p] = f"p{len(nest.params)}"
     nest.line(f"for {nest.params[p]} in range(ck * {stop} // {nch}, (ck + 1) * {stop} // {nch}):")
@@ -259,30 +250,17 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
         nest.open_loop(p2, r2)
     nest.line(f"for {qv} in range({nq}):")
     nest.depth += 1
-    nest.declare_locals(sweep)
-    for t in sweep.body:
-        tasklet_line(nest, t)
+    with nest.renamed(locals={c: (f"{part}[ck, {qv}]", dt) for c, (_, part, dt) in parts.items()}):
+        nest.declare_locals(sweep)
+        for t in sweep.body:
+            nest.tasklet(t)
     nest.depth = depth
-    for c, (before, name, part) in saved.items():
-        if before is None:
-            del nest.locals[c]
-        else:
-            nest.locals[c] = before
-        new = f"{part}[ck, {qv}]"
-        value = nest.combine(acc[c], name, new)
+    for c, (name, part, _) in parts.items():
+        value = nest.combine(acc[c], name, f"{part}[ck, {qv}]")
         nest.line(f"for ck in range({nch}):")
         nest.line(f"    for {qv} in range({nq}):")
         nest.line(f"        {name} = {value}")
     return True
-
-
-def _points(params, nest: Nest) -> int:
-    """Points of a loop nest over ``params`` (unknown sizes count as many)."""
-    from ir.maps import trip_count
-    try:
-        return trip_count(params, nest.graph.bindings)
-    except (KeyError, TypeError, ValueError):
-        return ROW_SPLIT_MIN
 
 
 def _at_column(subset, q: str, row: str) -> bool:
@@ -290,14 +268,6 @@ def _at_column(subset, q: str, row: str) -> bool:
     if not subset or E.Var(q) not in subset:
         return False
     return all(ix == E.Var(q) or isinstance(ix, E.Const) for ix in subset)
-
-
-def _columns_known(r: Range, nest: Nest) -> int:
-    """The column count of a ``columns`` map (unknown sizes count as more than ``WHOLE_ROW``)."""
-    try:
-        return int(E.evaluate(r.stop, dict(nest.graph.bindings)))
-    except (KeyError, TypeError, ValueError):
-        return WHOLE_ROW + 1
 
 
 def _runs(body: list) -> list[list]:

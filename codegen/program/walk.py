@@ -19,8 +19,9 @@ and ``prange`` schedules; CUDA: thread parameters, block reductions and atomics)
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals
 from ir import expr as E
@@ -65,6 +66,24 @@ class KernelWalk(ABC):
         if container not in self.arrays:
             self.arrays[container] = f"a{len(self.arrays)}"
         return self.arrays[container]
+
+    @contextmanager
+    def renamed(self, params: dict[str, str] | None = None,
+                locals: dict[str, tuple[str, str]] | None = None) -> Iterator[None]:
+        """Print with some IR params and locals under other names (a register copy, the next row's
+        accumulators); each name is back as it was afterwards (absent again if it was absent)."""
+        saved = [(table, key, table.get(key)) for table, names in ((self.params, params), (self.locals, locals))
+                 for key in names or {}]
+        self.params.update(params or {})
+        self.locals.update(locals or {})
+        try:
+            yield
+        finally:
+            for table, key, old in saved:
+                if old is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = old
 
     def collect(self) -> None:
         """Number the global containers (first access order, inputs before the output of each
