@@ -22,12 +22,13 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
     nest = Nest(m, graph, fast)
     nest.collect()
     nest.invariant = _invariant_reads(nest)
-    par = parallel and _parallel_safe(m, graph, nest)
+    schedule = schedules.plan(m, graph, set(nest.written), parallel and _parallel_safe(m, graph, nest))
     try:
-        schedules.emit(nest, m, par)
+        schedules.emit(nest, m, schedule)
     except UnsupportedExpr as e:
         raise UnsupportedMap(str(e)) from None
-    par = par and any("prange(" in line for line in nest.lines)   # a schedule may loop it inner or not at all
+    # a schedule may run the prange loop inner, or not at all (a columns map whose sweeps stay serial)
+    par = schedule.parallel and any("prange(" in line for line in nest.lines)
     forms = bool(nest.helpers & set(FORMS))
     if forms:                                     # fastmath forms: the opaque zero (see ZERO)
         nest.pre.insert(0, f"{ZERO} = np.float32({nest.extent(0)})")
@@ -45,7 +46,7 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
     init = {c: output_init(m, c, graph) for c in nest.written}
     arg_types = tuple((storage_dtype(graph.container(c).dtype), len(graph.container(c).shape)) for c in nest.arrays)
     return KernelSource(name, text, tuple(sorted(nest.helpers)), tuple(nest.arrays), tuple(nest.written),
-                        tuple(nest.extents), par, init, arg_types=arg_types)
+                        tuple(nest.extents), par, init, arg_types=arg_types, schedule=schedule.describe(par))
 
 
 def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:

@@ -48,6 +48,8 @@ CHUNK_ROWS = 64
 class RowCache:
     sweeps: tuple[MapNode, ...]   # the nested maps sharing the prefix, in body order
     length: int                   # how many leading tasklets of each sweep the buffer replaces
+    skew: bool = False            # the next row's first sweep runs inside this row's last (``can_skew``)
+    chunked: bool = False         # one row param under prange: blocks of ``CHUNK_ROWS`` rows, each skewed
 
 
 def _sweeps(m: MapNode) -> list[MapNode]:
@@ -89,8 +91,9 @@ def _reads_only_last(sweep: MapNode, length: int) -> bool:
                    for t in sweep.body[length:])
 
 
-def plan(m: MapNode, written: set[str]) -> RowCache | None:
-    """The row cache of top-level map ``m`` (which writes ``written``), or None if it has none."""
+def plan(m: MapNode, written: set[str], parallel: bool = False) -> RowCache | None:
+    """The row cache of top-level map ``m`` (which writes ``written``; its first param under ``prange`` if
+    ``parallel``), or None if it has none."""
     sweeps = _sweeps(m)
     if len(sweeps) < 2 or any(len(s.params) != 1 or _sweeps(s) for s in sweeps):
         return None
@@ -108,15 +111,16 @@ def plan(m: MapNode, written: set[str]) -> RowCache | None:
         length -= 1
     if not length or sweeps[0].locals[sweeps[0].body[length - 1].output.container].dtype not in dtypes.WIDE_TYPES:
         return None
-    return RowCache(tuple(sweeps), length)
+    cache = RowCache(tuple(sweeps), length)
+    chunked = parallel and len(m.params) == 1 and can_skew(m, cache, False)
+    return RowCache(cache.sweeps, length, chunked or can_skew(m, cache, parallel), chunked)
 
 
 def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:
-    """Print top-level map ``m`` with ``cache``: skewed (``_skewed_rows``) when ``can_skew``, else
+    """Print top-level map ``m`` with ``cache``: skewed (``_skewed_rows``) when ``cache.skew``, else
     the default loop order with one buffer."""
     depth = nest.depth
-    chunked = parallel and len(m.params) == 1 and can_skew(m, cache, False)
-    skew = chunked or can_skew(m, cache, parallel)
+    skew, chunked = cache.skew, cache.chunked
     for k, (p, r) in enumerate(m.params[:-1] if skew else m.params):
         nest.open_loop(p, r, parallel and k == 0)
     lo, hi = "0", nest.bound(m.params[-1][1].stop) if m.params else "1"

@@ -1,5 +1,9 @@
 """Loop schedules of a kernel's outermost map: the order its loops run in memory.
 
+``plan`` decides a map's ``Schedule`` from the map and the sizes alone, before anything is printed;
+``emit`` prints it; ``Schedule.describe`` says it in a line (``dcstudio profile`` and the Timings dock
+show it beside the kernel's time).
+
 All schedules run every statement at every point in body order (the map's semantics);
 they differ in loop order, which decides whether the innermost loop walks memory
 contiguously (and vectorizes) — on this machine a strided kernel ran 20–90× slower.
@@ -30,8 +34,11 @@ contiguously (and vectorizes) — on this machine a strided kernel ran 20–90×
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ir import dtypes
 from ir import expr as E
+from ir.graph import Graph
 from ir.maps import trip_count_or
 from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
@@ -54,22 +61,59 @@ WHOLE_ROW = 16384
 per float64 local at most, in L2)."""
 
 
-def emit(nest: Nest, m: MapNode, parallel: bool) -> str:
-    """Print ``m``'s loops with the schedule ``choose`` picks; returns its name."""
+@dataclass(frozen=True)
+class Schedule:
+    """How a kernel's top-level map loops, decided before anything is printed (``plan``)."""
+
+    kind: str                                   # default | tiled | columns | rows
+    parallel: bool                              # prange wanted (the kernel is parallel-safe and pays)
+    cache: rowcache.RowCache | None = None      # rows: the cached prefix and its layout
+    whole: bool = False                         # columns: the whole row is one block
+    splits: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
+    """columns: (body position, ((accumulated container, wcr), …)) of each row sweep split over prange chunks"""
+
+    def describe(self, parallel: bool) -> str:
+        """One line for a reader (the profile's kernel table): the loop order and what runs in parallel."""
+        if self.kind == "tiled":
+            text = f"tiled {TILE[0]}x{TILE[1]} (a transpose)"
+        elif self.kind == "columns":
+            text = "columns innermost, " + ("whole rows" if self.whole else f"blocks of {COLUMNS} columns")
+            if self.splits:
+                text += f", {len(self.splits)} row sweep{'s' * (len(self.splits) > 1)} in {ROW_CHUNKS} chunks"
+        elif self.kind == "rows":
+            cache = self.cache
+            text = f"rows, {cache.length} value{'s' * (cache.length > 1)} cached over {len(cache.sweeps)} sweeps"
+            text += (f", skewed in blocks of {rowcache.CHUNK_ROWS} rows" if cache.chunked else
+                     ", skewed" if cache.skew else "")
+        else:
+            text = "map order"
+        return text + (", prange" if parallel else "")
+
+
+def plan(m: MapNode, graph: Graph, written: set[str], parallel: bool) -> Schedule:
+    """The schedule of top-level map ``m`` (writing ``written``; ``parallel``: prange allowed)."""
     kind = choose(m)
-    cache = rowcache.plan(m, set(nest.written)) if kind == "default" else None
-    if cache is not None and trip_count_or(cache.sweeps[0].params, nest.graph.bindings, ROWCACHE_MIN) < ROWCACHE_MIN:
-        cache = None
-    if kind == "tiled":
-        _tiled(nest, m, parallel)
-    elif kind == "columns":
-        _columns(nest, m, parallel)
-    elif cache is not None:
-        rowcache.emit(nest, m, parallel, cache)
-        return "rows"
+    if kind == "columns":
+        whole = trip_count_or(m.params[-1:], graph.bindings, WHOLE_ROW + 1) <= WHOLE_ROW
+        splits = tuple((k, tuple(acc.items())) for k, stmt in enumerate(m.body) if parallel and whole
+                       and isinstance(stmt, MapNode) and (acc := _split_accumulators(m, stmt, graph)))
+        return Schedule(kind, parallel, whole=whole, splits=splits)
+    cache = rowcache.plan(m, written, parallel) if kind == "default" else None
+    if cache is not None and trip_count_or(cache.sweeps[0].params, graph.bindings, ROWCACHE_MIN) >= ROWCACHE_MIN:
+        return Schedule("rows", parallel, cache)
+    return Schedule(kind, parallel)
+
+
+def emit(nest: Nest, m: MapNode, schedule: Schedule) -> None:
+    """Print ``m``'s loops as ``schedule`` lays them out."""
+    if schedule.kind == "tiled":
+        _tiled(nest, m, schedule.parallel)
+    elif schedule.kind == "columns":
+        _columns(nest, m, schedule)
+    elif schedule.kind == "rows":
+        rowcache.emit(nest, m, schedule.parallel, schedule.cache)
     else:
-        nest.loops(m, parallel)
-    return kind
+        nest.loops(m, schedule.parallel)
 
 
 ROWCACHE_MIN = 512
@@ -146,13 +190,12 @@ def _tiled(nest: Nest, m: MapNode, parallel: bool) -> None:
     nest.depth = depth
 
 
-def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
-    depth = nest.depth
+def _columns(nest: Nest, m: MapNode, schedule: Schedule) -> None:
+    depth, whole, splits = nest.depth, schedule.whole, dict(schedule.splits)
     for p, r in m.params[:-1]:
         nest.open_loop(p, r)
     q, rq = m.params[-1]
     nq = nest.bound(rq.stop)
-    whole = trip_count_or(m.params[-1:], nest.graph.bindings, WHOLE_ROW + 1) <= WHOLE_ROW
     first = first_wcr(m)
     qv = f"p{len(nest.params)}"
     inits = []
@@ -163,7 +206,6 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
         nest.locals[loc] = (f"{name}[{qv if whole else 'qi'}]", dt)
         inits.append(f"{name}[:] = {nest.identity(first.get(loc), dt)}")
     nest.params[q] = qv
-    split = parallel and whole
     if whole:
         for text in inits:
             nest.line(text)
@@ -173,10 +215,11 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
         nest.line(f"qe = min(qb + {COLUMNS}, {nq})")
         for text in inits:
             nest.line(text)
-    for group in _runs(m.body):
+    for at, group in _runs(m.body):
         inner = nest.depth
         stmt = group[0]
-        if split and isinstance(stmt, MapNode) and _row_split(nest, m, stmt, nq, qv):
+        if at in splits:
+            _row_split(nest, m, stmt, dict(splits[at]), nq, qv)
             continue
         if isinstance(stmt, MapNode):
             for p, r in stmt.params:
@@ -198,16 +241,15 @@ def _columns(nest: Nest, m: MapNode, parallel: bool = False) -> None:
     nest.depth = depth
 
 
-def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool:
-    """Print the row sweep ``sweep`` of a whole-row ``columns`` map split into ``ROW_CHUNKS`` chunks of its
-    first row param run by ``prange`` (True), or nothing (False: it stays serial). Each chunk sums into its
-    own row of partial accumulators (per column local, or per global accumulated at the column), combined
-    column by column in chunk order afterwards, so the result does not depend on the thread count.
-    Refused where a chunk would see another's work: a global written without a wcr at an index without
-    the row param, a column local written without a wcr, a value read by the sweep that accumulates it."""
+def _split_accumulators(m: MapNode, sweep: MapNode, graph: Graph) -> dict[str, str] | None:
+    """Whether the row sweep ``sweep`` of a whole-row ``columns`` map runs split into ``ROW_CHUNKS`` chunks
+    of its first row param under ``prange``: the containers it accumulates (column locals, or globals
+    accumulated at the column) with their wcr, or None (it stays serial: fewer than ``ROW_SPLIT_MIN``
+    points, or a chunk would see another's work — a global written without a wcr at an index without the
+    row param, a column local written without a wcr, a value read by the sweep that accumulates it)."""
     row, q = sweep.params[0][0], m.params[-1][0]
-    if trip_count_or(m.params[-1:] + sweep.params, nest.graph.bindings, ROW_SPLIT_MIN) < ROW_SPLIT_MIN:
-        return False
+    if trip_count_or(m.params[-1:] + sweep.params, graph.bindings, ROW_SPLIT_MIN) < ROW_SPLIT_MIN:
+        return None
     acc: dict[str, str] = {}                       # column local or global -> its wcr
     read: set[str] = set()
     for t in sweep.body:
@@ -217,13 +259,18 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
             continue
         if out.container in m.locals or out.wcr is not None and _at_column(out.subset, q, row):
             if out.wcr is None or acc.setdefault(out.container, out.wcr) != out.wcr:
-                return False
-            if out.container not in m.locals and nest.graph.container(out.container).dtype not in dtypes.WIDE_TYPES:
-                return False                       # 16-bit floats: no wcr into their bits (loopnest._store)
+                return None
+            if out.container not in m.locals and graph.container(out.container).dtype not in dtypes.WIDE_TYPES:
+                return None                        # 16-bit floats: no wcr into their bits (loopnest._store)
         elif out.subset is None or E.Var(row) not in out.subset:
-            return False
-    if not acc or read & set(acc):
-        return False
+            return None
+    return acc if acc and not read & set(acc) else None
+
+
+def _row_split(nest: Nest, m: MapNode, sweep: MapNode, acc: dict[str, str], nq: str, qv: str) -> None:
+    """Print the row sweep ``sweep`` split into chunks (``_split_accumulators``): each chunk sums into its
+    own row of partial accumulators, combined column by column in chunk order afterwards, so the result
+    does not depend on the thread count."""
     depth, parts = nest.depth, {}                  # column local or global -> (its element, its partials)
     stop = nest.bound(sweep.params[0][1].stop)
     k = sum(line.startswith("nch") for line in nest.pre)      # this kernel's k-th split sweep
@@ -260,7 +307,6 @@ def _row_split(nest: Nest, m: MapNode, sweep: MapNode, nq: str, qv: str) -> bool
         nest.line(f"for ck in range({nch}):")
         nest.line(f"    for {qv} in range({nq}):")
         nest.line(f"        {name} = {value}")
-    return True
 
 
 def _at_column(subset, q: str, row: str) -> bool:
@@ -270,12 +316,13 @@ def _at_column(subset, q: str, row: str) -> bool:
     return all(ix == E.Var(q) or isinstance(ix, E.Const) for ix in subset)
 
 
-def _runs(body: list) -> list[list]:
-    """The body as runs of consecutive tasklets (one column loop each) and single nested maps."""
-    out: list[list] = []
-    for stmt in body:
-        if isinstance(stmt, Tasklet) and out and isinstance(out[-1][0], Tasklet):
-            out[-1].append(stmt)
+def _runs(body: list) -> list[tuple[int, list]]:
+    """The body as runs of consecutive tasklets (one column loop each) and single nested maps, each with
+    the body position it starts at."""
+    out: list[tuple[int, list]] = []
+    for at, stmt in enumerate(body):
+        if isinstance(stmt, Tasklet) and out and isinstance(out[-1][1][0], Tasklet):
+            out[-1][1].append(stmt)
         else:
-            out.append([stmt])
+            out.append((at, [stmt]))
     return out

@@ -59,6 +59,7 @@ class KernelSource:
     parallel: bool
     init: dict[str, OutputInit] = field(default_factory=dict)
     arg_types: tuple[tuple[str, int], ...] = ()             # (stored dtype, rank) of each array argument
+    schedule: str = ""                                      # how its loops run, in words (the profile shows it)
 
 
 _ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Neg", "Abs", "Reciprocal", "Cast", "Identity",

@@ -173,7 +173,8 @@ def _assemble(result: dict, failed: dict[int, str], peaks: Peaks | None, workers
         samples = Samples.of(st["samples_ns"]) if not error else None
         out.append(KernelTiming(st["node_id"], st["label"], st["kind"], samples, st["bytes"], st["flops"],
                                 peaks.bandwidth if peaks else 0.0, peaks.flops if peaks else 0.0, error,
-                                {"start_ns": st["start_ns"], "samples_ns": st["samples_ns"]}))
+                                {"start_ns": st["start_ns"], "samples_ns": st["samples_ns"],
+                                 "schedule": st.get("schedule", "")}))
     return Profile(out, Samples.of(result["step_ns"]), result["threads"], peaks, failures, workers,
                    list(result["step_ns"]), list(result.get("full_ns", ())), list(result.get("kernels_off_ns", ())))
 

@@ -99,6 +99,8 @@ class KernelTiming:
     def to_json(self) -> dict:
         d = {"node_id": self.node_id, "label": self.label, "kind": self.kind, "bytes": self.bytes,
              "flops": self.flops, "error": self.error}
+        if self.extra.get("schedule"):
+            d["schedule"] = self.extra["schedule"]
         if self.samples is not None:
             d.update(asdict(self.samples))
         if self.ok:

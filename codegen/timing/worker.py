@@ -63,8 +63,10 @@ def _profile(job: dict) -> dict:
     for k, st in enumerate(cg.program.statements):
         node = cg.graph.nodes[st.node_id]
         est = kernel_estimate(cg.graph, node)
+        kernel = cg.program.kernels.get(st.kernel) if st.kernel else None
         out.append({"node_id": st.node_id, "label": st.label, "kind": st.kind, "samples_ns": times[k],
-                    "start_ns": starts[k], "error": errors.get(k), "bytes": est.bytes, "flops": est.flops})
+                    "start_ns": starts[k], "error": errors.get(k), "bytes": est.bytes, "flops": est.flops,
+                    "schedule": kernel.schedule if kernel is not None else ""})
     from codegen.numba_cpu.threads import current
     return {"statements": out, "step_ns": steps, "threads": current().to_json(), "full_ns": full_ns,
             "kernels_off_ns": off_ns}

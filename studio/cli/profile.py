@@ -4,7 +4,8 @@ Imports the model, replays the history, and profiles the training step on the CP
 backend out of process (``codegen.timing.profiler``): every kernel timed over ``--reps``
 repetitions after ``--warmup``; a kernel that raises, hangs (``--timeout``) or crashes is
 reported and the others are still measured. Prints per kernel the median, CV, GB/s and
-% of this machine's calibrated triad, GFLOP/s and the roofline efficiency, then the
+% of this machine's calibrated triad, GFLOP/s, the roofline efficiency and, for a generated
+kernel, how its loops run (``KernelSource.schedule``: map order, columns innermost, cached rows…), then the
 step's total and the thread counts. ``--json`` writes everything, ``--trace`` a Chrome
 trace for Perfetto, ``--against HISTORY2`` adds the paired A/B ratio of the two steps.
 
@@ -22,7 +23,7 @@ def _table(profile, top: int | None) -> str:
     rows = rows[:top] if top else rows
     idw = min(56, max([len(k.node_id) for k in rows] + [4]))
     head = (f"{'kernel':<{idw}}  {'kind':<9} {'median ms':>10} {'CV':>6} {'GB/s':>8} {'%triad':>7} "
-            f"{'GFLOP/s':>8} {'eff':>6}")
+            f"{'GFLOP/s':>8} {'eff':>6}  loops")
     lines = [head, "-" * len(head)]
     for k in rows:
         ident = k.node_id if len(k.node_id) <= idw else "…" + k.node_id[-(idw - 1):]
@@ -30,7 +31,8 @@ def _table(profile, top: int | None) -> str:
             lines.append(f"{ident:<{idw}}  {k.kind:<9} FAILED: {k.error}")
             continue
         lines.append(f"{ident:<{idw}}  {k.kind:<9} {k.samples.median_s * 1e3:>10.3f} {k.samples.cv:>6.1%} "
-                     f"{k.gbps:>8.2f} {k.pct_peak_bw:>6.1f}% {k.gflops:>8.2f} {k.efficiency:>6.2f}")
+                     f"{k.gbps:>8.2f} {k.pct_peak_bw:>6.1f}% {k.gflops:>8.2f} {k.efficiency:>6.2f}  "
+                     f"{k.extra.get('schedule', '')}".rstrip())
     return "\n".join(lines)
 
 

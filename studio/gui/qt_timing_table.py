@@ -3,7 +3,8 @@
 Columns: kernel, kind, median, min, max, CV, GB/s, % of the calibrated triad, GFLOP/s,
 roofline efficiency, bound (memory or compute: the kernel's FLOP/B against the ridge of
 the calibrated peaks), share of the measured total, error. Failed kernels show their
-error (red, and in the tooltip) and sort last on every numeric column. A stale report
+error (red, and in the tooltip) and sort last on every numeric column. A generated kernel's tooltip
+says how its loops run (``loops:``, the CPU renderer's schedule). A stale report
 is drawn grey. ``SORT_ROLE`` gives the raw numbers, as in the Data movement table.
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ class QtTimingModel(QtRowsModel):
         super().__init__()
         self.labels: dict[str, str] = {}
         self.statements: dict[str, list[str]] = {}
+        self.schedules: dict[str, str] = {}      # how each generated kernel's loops run
         self.stale = False
         self.over: set[str] = set()           # kernels above the roof that only low peaks explain
         self.order = (2, DESC)
@@ -55,6 +57,7 @@ class QtTimingModel(QtRowsModel):
         self.over = {k.node_id for k in over_peak(report)} if report is not None else set()
         self.labels = {k.node_id: k.label for k in kernels}
         self.statements = {k.node_id: k.extra.get("statements", []) for k in kernels}
+        self.schedules = {k.node_id: k.extra.get("schedule", "") for k in kernels}
         self.stale = False
         self._sort()
         self.endResetModel()
@@ -96,6 +99,8 @@ class QtTimingModel(QtRowsModel):
         stmts = self.statements.get(row[0], [])
         if stmts and stmts != [row[0]]:
             parts.append("profiled as: " + ", ".join(stmts))
+        if self.schedules.get(row[0]):
+            parts.append("loops: " + self.schedules[row[0]])
         if row[ERROR]:
             parts.append(f"failed: {row[ERROR]}")
         if row[0] in self.over:

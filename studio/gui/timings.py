@@ -46,7 +46,8 @@ def combine(node_id: str, label: str, parts: list[KernelTiming]) -> KernelTiming
     return KernelTiming(node_id, label, "+".join(kinds), samples, sum(p.bytes for p in parts),
                         sum(p.flops for p in parts), first.peak_bw, first.peak_flops,
                         "; ".join(e or "failed" for e in errors) or None,
-                        {"statements": [p.node_id for p in parts]})
+                        {"statements": [p.node_id for p in parts],
+                         "schedule": "; ".join(dict.fromkeys(p.extra["schedule"] for p in parts if p.extra.get("schedule")))})
 
 
 @dataclass

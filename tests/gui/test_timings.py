@@ -79,6 +79,9 @@ def test_profile_all_fills_the_table_the_roofline_and_the_time_heatmap(qtbot, wi
     assert gbps[: len(rated)] == sorted(rated, reverse=True) and rated[0] > 0    # views (no rate) last
     gemm = next(row for row in dock.model.rows if row[0] == "/fc1/Gemm")
     assert gemm[_col("GFLOP/s")] > 0 and dock.model.data(dock.model.index(0, _col("median"))).endswith("s")
+    tips = [dock.model.data(dock.model.index(k, 0), Qt.ItemDataRole.ToolTipRole) for k in range(len(rows))]
+    kinds = [row[_col("kind")] for row in dock.model.rows]
+    assert all(("\nloops: " in tip) == ("kernel" in kind.split("+")) for tip, kind in zip(tips, kinds)), tips
 
     # the roofline: one dot per measured kernel, roofs from the calibrated peaks
     plot = dock.plot

@@ -249,8 +249,8 @@ def test_schedules_follow_memory_order():
     kinds = {n.id: schedules.choose(n) for n in g.nodes.values() if isinstance(n, MapNode)}
     assert kinds["tr/expanded"] == "tiled"
     assert "columns" in kinds.values() or kinds.get("colsum/expanded") == "columns"
-    text = kernel_source(g.nodes["tr/expanded"], g).source
-    assert "ba = ia * " in text
+    ks = kernel_source(g.nodes["tr/expanded"], g)
+    assert "ba = ia * " in ks.source and ks.schedule == "tiled 32x256 (a transpose)"
     _same_as_reference(g, 1e-5)
 
 
@@ -265,8 +265,10 @@ def test_column_reductions_run_whole_rows_or_blocks(columns):
     assert fused
     maps = [n for n in g.nodes.values() if isinstance(n, MapNode) and schedules.choose(n) == "columns"]
     assert len(maps) == 1
-    text = kernel_source(maps[0], g).source
-    assert ("for qb in range(" in text) == (columns > schedules.WHOLE_ROW)
+    ks = kernel_source(maps[0], g)
+    assert ("for qb in range(" in ks.source) == (columns > schedules.WHOLE_ROW)
+    assert ks.schedule == ("columns innermost, blocks of 256 columns" if columns > schedules.WHOLE_ROW
+                           else "columns innermost, whole rows")
     _same_as_reference(g, 1e-5)
 
 
@@ -283,6 +285,7 @@ def test_column_reduction_splits_its_rows_across_threads(monkeypatch):
     monkeypatch.setattr(schedules, "ROW_SPLIT_MIN", 600 * 300)
     ks = kernel_source(m, g, parallel=True)
     assert ks.parallel and "for ck in prange(nch0):" in ks.source
+    assert ks.schedule == f"columns innermost, whole rows, 1 row sweep in {schedules.ROW_CHUNKS} chunks, prange"
     assert "mxc = _ftz_on()" in ks.source and "_ftz_off(mxc)" in ks.source
     lines = ks.source.splitlines()
     at = lines.index("    for ck in prange(nch0):")
@@ -309,7 +312,7 @@ def test_column_map_keeping_a_last_row_stays_serial():
     finalize(m, g)
     assert schedules.choose(m) == "columns"
     ks = kernel_source(m, g, parallel=True)
-    assert not ks.parallel and "prange" not in ks.source
+    assert not ks.parallel and "prange" not in ks.source and ks.schedule == "columns innermost, whole rows"
     x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
     y = np.zeros(cols, np.float32)
     kernel_cache.load(ks)(*[{"x": x, "y": y}[a] for a in ks.arrays], *ks.extents)
@@ -344,9 +347,13 @@ def test_sweeps_recomputing_one_value_share_a_row_buffer(shape):
     assert schedules.choose(m) == "default"
     cache = rowcache.plan(m, {"y"})
     assert cache is not None and len(cache.sweeps) == 3 and cache.length == 2
-    assert rowcache.can_skew(m, cache, parallel=False)
+    assert rowcache.can_skew(m, cache, parallel=False) and cache.skew and not cache.chunked
     assert rowcache.can_skew(m, cache, parallel=True) == (len(shape) > 2)   # never across prange rows
-    text = kernel_source(m, g).source
+    chunked = rowcache.plan(m, {"y"}, parallel=True)         # one row param under prange: blocks of rows
+    assert chunked.skew and chunked.chunked == (len(shape) == 2)
+    ks = kernel_source(m, g)
+    assert ks.schedule == "rows, 2 values cached over 3 sweeps, skewed"
+    text = ks.source
     residual_reads = re.findall(r"\+ a2\[([^\]]*)\]", text)
     assert "cur, nxt = (c0, c1)" in text and len(residual_reads) == 2, text       # prologue, next row
     assert all("pn" in ix.split(", ") for ix in residual_reads), residual_reads
@@ -360,8 +367,10 @@ def test_short_rows_are_swept_again_instead_of_cached():
     g = _bias_residual_layernorm((6, schedules.ROWCACHE_MIN // 4))
     (m,) = [n for n in g.nodes.values() if isinstance(n, MapNode)]
     assert rowcache.plan(m, {"y"}) is not None                 # it could be cached ...
-    text = kernel_source(m, g).source
+    ks = kernel_source(m, g)
+    text = ks.source
     assert "cur" not in text and "nxt" not in text, text        # ... but is swept three times
+    assert ks.schedule == "map order"
     _same_as_reference(g, 1e-5)
 
 

@@ -113,6 +113,9 @@ def test_profile_reports_every_kernel_with_figures_and_a_trace(small, tmp_path):
     assert ids == ["fc1", "act/expanded", "fc2"]
     assert all(k.ok and k.samples.n == 4 and k.bytes > 0 and k.peak_bw == 20e9 for k in prof.kernels)
     assert prof.threads["numba_threads"] == 1 and prof.threads["blas_threads"] in (1, None)
+    # how each generated kernel's loops run comes with its timing (BLAS calls have no loops of ours)
+    assert [k.extra["schedule"] for k in prof.kernels] == ["", "map order", ""]
+    assert prof.to_json()["kernels"][1]["schedule"] == "map order"
     trace = chrome_trace(prof)
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert [e["name"] for e in events] == ids and all(e["dur"] > 0 for e in events)
