@@ -25,6 +25,7 @@ from typing import Iterable, Mapping
 from codegen.timing.stats import EXPANDED, KernelTiming, Samples, owner  # noqa: F401 (owner: re-exported)
 from ir.statements import StatementKind
 
+
 def _summed_samples(parts: list[KernelTiming]) -> Samples:
     """Per-repetition sums of the statements' samples (exact when all have the same reps)."""
     runs = [p.extra.get("samples_ns") or [] for p in parts]
@@ -43,11 +44,12 @@ def combine(node_id: str, label: str, parts: list[KernelTiming]) -> KernelTiming
     errors = [f"{p.node_id}: {p.error}" if len(parts) > 1 else p.error for p in parts if not p.ok]
     samples = None if errors else _summed_samples(parts)
     kinds = sorted({p.kind for p in parts})
+    schedules = dict.fromkeys(p.extra["schedule"] for p in parts if p.extra.get("schedule"))
     return KernelTiming(node_id, label, "+".join(kinds), samples, sum(p.bytes for p in parts),
                         sum(p.flops for p in parts), first.peak_bw, first.peak_flops,
                         "; ".join(e or "failed" for e in errors) or None,
                         {"statements": [p.node_id for p in parts],
-                         "schedule": "; ".join(dict.fromkeys(p.extra["schedule"] for p in parts if p.extra.get("schedule")))})
+                         "schedule": "; ".join(schedules)})
 
 
 @dataclass
