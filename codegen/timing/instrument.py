@@ -2,7 +2,9 @@
 
 ``timed_step(prog)`` is the text of
 ``_step_timed(W, B, R, T, S, P, SKIP, ERR, <inputs>)``, which runs the same
-statements as ``_step`` (same order, same planned buffers) and:
+statements as ``_step`` (same order, same planned buffers: ``plan_module``'s step, whose pool ``B`` the
+module's ``_SLOTS`` size — the loss statements first) and, ``k`` being a statement's position in
+``prog.statements``:
 
 - appends each statement's ``perf_counter_ns`` duration to ``T[k]`` and its start to ``S[k]``;
 - writes ``k`` into ``P[0]`` (a shared memory-mapped int64) before statement ``k``, so a
@@ -17,8 +19,9 @@ from __future__ import annotations
 
 from codegen.program.namespace import literal
 from codegen.program.module import alloc_line
-from codegen.program.module_plan import free_after, function_plan
+from codegen.program.module_plan import plan_module
 from codegen.program.program import Alloc, Program
+from codegen.program.schedule import merged
 
 
 def _zero_fill(prog: Program, writes) -> list[str]:
@@ -41,13 +44,15 @@ _NO_PLAN = _Empty()
 
 def timed_step(prog: Program) -> str:
     g = prog.graph
-    plan = function_plan(prog, prog.statements, list(g.outputs))
+    step = plan_module(prog).step                  # what _step runs, in its order, on its buffers
+    plan, position = step.slots, {id(st): k for k, st in enumerate(prog.statements)}
     params = ", ".join(["W", "B", "R", "T", "S", "P", "SKIP", "ERR"] + [prog.var(c) for c in g.inputs])
     lines = ["import time as _time", "", "", f"def _step_timed({params}):",
              "    _ns = _time.perf_counter_ns"]
     used = {c for st in prog.statements for c in st.reads} | set(g.outputs)
     lines += [f"    {prog.var(c)} = W[{literal(prog.var(c))}]" for c in g.values if c in used and c not in g.inputs]
-    for k, (st, free) in enumerate(zip(prog.statements, free_after(prog.statements, set(g.outputs)))):
+    for st, free in zip(merged(step.steps), step.frees):
+        k = position[id(st)]
         body = [alloc_line(prog, a, plan) for a in st.allocs] + list(st.lines)
         block = [st.head, f"P[0] = {k}", "P[1] += 1", "_t = _ns()", f"S[{k}] = _t", "try:",
                  f"    if {k} in SKIP:", "        raise _Skipped()"]

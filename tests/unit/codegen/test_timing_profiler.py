@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -256,3 +257,30 @@ def test_feeds_for_a_subset_are_deterministic_and_well_formed(small):
         assert part[name].dtype == whole[name].dtype and np.array_equal(part[name], feeds_for(g, names=[name])[name])
     assert feeds_for(g, names=[]) == {}
     assert all(np.array_equal(whole[k], v) for k, v in feeds_for(g).items()), "the whole set is reproducible"
+
+
+def _function_lines(text: str, name: str) -> list[str]:
+    """The lines of function ``name`` in module ``text`` that run a statement: its head comment and its
+    buffer views (``B[slot]``)."""
+    body = text[text.index(f"\ndef {name}("):]
+    body = body[:body.find("\ndef ", 1) if "\ndef " in body[1:] else len(body)]
+    return [line.strip() for line in body.splitlines() if line.strip().startswith("# ") or "B[" in line]
+
+
+def test_the_timed_step_runs_the_steps_statements_in_its_order_on_its_buffers():
+    """The instrumented step runs ``_step``'s statements in ``_step``'s order (the loss first, through
+    ``_step_forward``) on the same slots of the module's pool. Planned on the program's own order, a slot
+    was too small for one statement of the bundled example's optimized step and another slot missing:
+    ``dcstudio profile`` reported two of its kernels FAILED (a reshape, an index error)."""
+    from codegen.numba_cpu.backend import program
+    from codegen.program.module import module_text
+    from codegen.timing.instrument import timed_step
+    from studio.session.exporting import load_with_history
+    examples = Path(__file__).resolve().parents[3] / "resources" / "examples"
+    graph, _ = load_with_history(str(examples / "bert_layer_base_train.onnx"),
+                                 str(examples / "bert_layer_base_train.history.json"), [])
+    prog = program(graph, parallel=True)
+    text = module_text(prog, mode="inprocess", imports="", doc="d", extra=timed_step(prog))
+    step = _function_lines(text, "_step_forward") + _function_lines(text, "_step")
+    assert len(step) > 2 * len(prog.statements) // 3
+    assert _function_lines(text, "_step_timed") == step
