@@ -6,7 +6,9 @@ repetitions after ``--warmup``; a kernel that raises, hangs (``--timeout``) or c
 reported and the others are still measured. Prints per kernel the median, CV, GB/s and
 % of this machine's calibrated triad, GFLOP/s, the roofline efficiency and, for a generated
 kernel, how its loops run (``KernelSource.schedule``: map order, columns innermost, cached rows…), then the
-step's total and the thread counts. ``--json`` writes everything, ``--trace`` a Chrome
+step's total and the thread counts. A view (an alias: no data moves at run time) gets no rate and no roof, and
+the "above the calibrated roof" warning names only kernels that low peaks alone explain
+(``codegen.timing.roofline``, as in the Timings dock). ``--json`` writes everything, ``--trace`` a Chrome
 trace for Perfetto, ``--against HISTORY2`` adds the paired A/B ratio of the two steps.
 
 Exit codes: 0 ok (also when some kernels failed: they are listed), 2 bad input.
@@ -16,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+from ir.statements import StatementKind
 
 
 def _table(profile, top: int | None) -> str:
@@ -30,9 +34,12 @@ def _table(profile, top: int | None) -> str:
         if not k.ok:
             lines.append(f"{ident:<{idw}}  {k.kind:<9} FAILED: {k.error}")
             continue
+        if k.kind == StatementKind.VIEW:       # an alias: no data moves at run time, no rate, no roof
+            rates = f"{'–':>8} {'–':>7} {k.gflops:>8.2f} {'–':>6}"
+        else:
+            rates = f"{k.gbps:>8.2f} {k.pct_peak_bw:>6.1f}% {k.gflops:>8.2f} {k.efficiency:>6.2f}"
         lines.append(f"{ident:<{idw}}  {k.kind:<9} {k.samples.median_s * 1e3:>10.3f} {k.samples.cv:>6.1%} "
-                     f"{k.gbps:>8.2f} {k.pct_peak_bw:>6.1f}% {k.gflops:>8.2f} {k.efficiency:>6.2f}  "
-                     f"{k.extra.get('schedule', '')}".rstrip())
+                     f"{rates}  {k.extra.get('schedule', '')}".rstrip())
     return "\n".join(lines)
 
 
@@ -41,6 +48,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from codegen.numpy_ref.feeds import feeds_for
     from codegen.timing.calibrate import peaks
     from codegen.timing.profiler import ab_ratio, profile_graph
+    from codegen.timing.roofline import over_roof
     from codegen.timing.trace import write_trace
     from studio.session.exporting import load_with_history
     graph, steps = load_with_history(args.model, args.history, args.bind)
@@ -55,7 +63,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
           f"BLAS {prof.threads.get('blas_threads')}")
     print(f"peaks (calibrated, {threads} thread(s)): triad {pk.bandwidth / 1e9:.2f} GB/s, "
           f"GEMM {pk.flops / 1e9:.1f} GFLOP/s, {pk.describe()}")
-    over = [k for k in prof.kernels if k.ok and k.efficiency > 1.05]
+    over = over_roof(prof.kernels, pk)
     if over:
         print(f"warning: {len(over)} kernel(s) above the calibrated roof (up to "
               f"{100 * max(k.efficiency for k in over):.0f} %): the peaks were measured low; rerun with --recalibrate "

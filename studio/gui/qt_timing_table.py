@@ -12,9 +12,10 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
+from codegen.timing.roofline import OVER_PEAK, bound_kind
 from ir.statements import StatementKind
 from studio.gui.qt_kernel_tables import QtRowsModel
-from studio.gui.timings import OVER_PEAK, TimingReport, bound_kind, human_seconds, over_peak
+from studio.gui.timings import TimingReport, human_seconds, over_peak
 
 COLUMNS = ("kernel", "kind", "median", "min", "max", "CV", "GB/s", "% peak BW", "GFLOP/s", "roofline eff.",
            "bound", "share", "error")

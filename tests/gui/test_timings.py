@@ -234,9 +234,9 @@ def test_a_roofline_above_100_percent_is_flagged_and_recalibrate_fixes_it(qtbot,
     ridge point, so it would decide whether any kernel is flagged at all."""
     from dataclasses import replace
 
-    from studio.gui import timings as timings_module
+    from codegen.timing import roofline
     monkeypatch.setenv("DCSTUDIO_THREADS", "1")
-    monkeypatch.setattr(timings_module, "_cache", lambda: 0)
+    monkeypatch.setattr(roofline, "_cache", lambda: 0)
 
     from studio.gui.timings import over_peak
     w, dock = window, window.timings

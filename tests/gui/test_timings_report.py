@@ -93,7 +93,8 @@ def test_only_what_low_peaks_explain_counts_as_above_the_roof():
     showed "104 kernels above the calibrated roof, up to 76383 %", all views and cache-sized kernels)."""
     from dataclasses import replace
 
-    from studio.gui.timings import in_cache, over_peak
+    from codegen.timing.roofline import in_cache
+    from studio.gui.timings import over_peak
     mb = 1 << 20
     fast = [1000] * 5                                        # 1 µs: 1 MB/µs = 1 TB/s, 50× the 20 GB/s roof
     view = replace(_k("alias", fast, bytes_=mb, flops=0), kind="view")

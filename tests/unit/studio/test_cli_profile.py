@@ -1,0 +1,44 @@
+"""``dcstudio profile``: the per-kernel table with how each generated kernel's loops run, views shown
+without a rate or a roof (an alias moves no data), and the "above the roof" warning only for kernels
+that only low peaks explain."""
+from __future__ import annotations
+
+import onnx
+import pytest
+
+pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+
+from codegen.timing.calibrate import Peaks  # noqa: E402
+from codegen.timing.roofline import over_roof  # noqa: E402
+from codegen.timing.stats import KernelTiming, Samples  # noqa: E402
+from ir.statements import StatementKind  # noqa: E402
+from studio.cli import main  # noqa: E402
+from studio.cli.profile import _table  # noqa: E402
+from tests.unit.ir.onnx_models import mlp  # noqa: E402
+
+
+def test_profile_prints_every_kernel_with_its_loops(tmp_path, capsys):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(batch=64), path)
+    assert main(["profile", str(path), "--reps", "2", "--warmup", "0", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("kernel "))
+    assert head.split()[-1] == "loops" and "FAILED" not in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in ("fc1", "act/expanded")}
+    assert rows["act/expanded"].endswith("  map order") and rows["fc1"].split()[1] == "blas"
+    assert not rows["fc1"].endswith("order")
+
+
+def test_views_get_no_rate_and_no_roof():
+    """A view's counted bytes "move" in microseconds (it aliases its input): 20x the roof, which says
+    nothing about the peaks. It shows no GB/s, % of triad or efficiency, and does not raise the warning."""
+    peaks = Peaks(20e9, 50e9, 1, "test", 0.0)
+    view = KernelTiming("r", "Reshape", StatementKind.VIEW, Samples(1e-6, 1e-6, 1e-6, 0.0, 3), 400_000,
+                        peak_bw=peaks.bandwidth, peak_flops=peaks.flops)
+    kernel = KernelTiming("k", "Add", StatementKind.KERNEL, Samples(1e-3, 1e-3, 1e-3, 0.0, 3), 400_000_000,
+                          peak_bw=peaks.bandwidth, peak_flops=peaks.flops, extra={"schedule": "map order"})
+    assert view.efficiency > 1.05 and kernel.efficiency > 1.05
+    assert over_roof([view, kernel], peaks, cache=0) == [kernel]
+    table = _table(type("P", (), {"kernels": [view, kernel]})(), None).splitlines()
+    assert table[2].startswith("k ") and table[2].endswith("  map order") and "%" in table[2]   # slowest first
+    assert table[3].split()[-3:] == ["–", "0.00", "–"] and table[3].count("–") == 3
