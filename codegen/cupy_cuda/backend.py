@@ -76,4 +76,4 @@ def kernels_init(names: list[str]) -> str:
 
 CUDA = Backend("cuda", "CuPy", lambda parallel=False: kernel_source, kernel_module, kernels_init,
                Path(__file__).with_name("library.py"),
-               library_parts=tuple(Path(__file__).with_name(f"{m}.py") for m in ("convolution", "device_ops")))
+               library_parts=tuple(Path(__file__).with_name(f"{m}.py") for m in ("convolution", "cublas", "device_ops")))

@@ -10,8 +10,8 @@ package carries a verbatim copy (``_lib.py``): it imports only CuPy, NumPy and t
   launch per kernel. A step that cannot be captured (a host fallback) runs kernel by kernel, and
   ``GRAPH_NOTES`` says why;
 - ``matmul``, ``gemm``, ``fused_matmul``, ``einsum``: cuBLAS strided-batched GEMMs on the
-  operands as they lie (``_plan``: transposed and batched views, no copies), called through
-  ctypes on a handle and workspace of our own (CuPy's matmul and its cuBLAS bindings refuse any
+  operands as they lie (``cublas.py``: transposed and batched views, no copies, called through
+  ctypes on a handle and workspace of our own: CuPy's matmul and its cuBLAS bindings refuse any
   call while a stream captures); ``cupy.matmul`` and ``cupy.einsum`` where the layout or dtype does not fit;
 - ``widen_bf16``: bfloat16 tensors (uint16 bits on the device) as float32 operands;
 - ``alloc``/``view``: device buffers (planned buffers reused across steps);
@@ -27,17 +27,34 @@ package carries a verbatim copy (``_lib.py``): it imports only CuPy, NumPy and t
 """
 from __future__ import annotations
 
-import ctypes
-import importlib
 import math
 import os
 
-import cupy as cp
 import numpy as np
+
+try:
+    import cupy as cp
+except ImportError as e:          # an exported CUDA package on a machine without CuPy
+    raise ImportError("this package runs on an NVIDIA GPU through CuPy, which is not installed here: pip install "
+                      "cupy-cuda13x (the wheel for your CUDA), or export the model again with --backend cpu") from e
+
+from . import cublas
 
 GRAPHS = os.environ.get("DCSTUDIO_CUDA_GRAPHS", "1") != "0"
 GRAPH_NOTES: list = []      # why a step runs kernel by kernel instead of as a captured graph
 _GRAPHS: dict = {}          # (step, id(buffers), id(outputs)) -> [buffers, outputs, "warm" | reason | captured]
+
+
+def device_problem():
+    """Why this package cannot run here (no usable CUDA device), or None."""
+    try:
+        if cp.cuda.runtime.getDeviceCount() > 0:
+            return None
+        why = "no CUDA device is present"
+    except Exception as e:  # noqa: BLE001 - CUDARuntimeError: no driver, or one older than this CuPy needs
+        why = f"CUDA cannot start ({type(e).__name__}: {e})"
+    return (f"this package runs on an NVIDIA GPU through CuPy, and {why}: run it on a machine with an NVIDIA "
+            "GPU and its driver, or export the model again with --backend cpu")
 
 
 def set_threads(threads=None):
@@ -104,8 +121,8 @@ def _capture(fn, weights, buffers, outputs, args):
         cp.cuda.runtime.deviceSynchronize()
         return GRAPH_NOTES[-1]
     finally:
-        _BLAS["stream"] = None          # the next GEMM sets its stream again
-    return graph, inputs, out, (pool, stream, dict(_POINTERS))   # the address arrays the graph reads stay alive
+        cublas.BLAS["stream"] = None   # the next GEMM sets its stream again
+    return graph, inputs, out, (pool, stream, dict(cublas.POINTERS))   # the address arrays the graph reads stay alive
 
 
 def asarray(x, dtype=None):
@@ -125,225 +142,17 @@ def widen_bf16(bits):
     return (bits.astype(cp.uint32) << cp.uint32(16)).view(cp.float32)
 
 
-# ---- contractions: cuBLAS strided-batched GEMMs on views (no copies, and capturable in a CUDA graph)
-
-_BLAS: dict = {}    # "lib" (libcublas through ctypes), "handle", "workspace", "stream"
-WORKSPACE = 32 << 20
-_GEMM_ARGS = (ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int,
-              ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int)
-
-
-_BATCHED_ARGS = (ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                 ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
-
-
-def _load_cublas():
-    """libcublas as CuPy loaded it (its Python bindings refuse any call while a stream captures a
-    graph, which cuBLAS itself allows: so the C functions are called directly)."""
-    importlib.import_module("cupy_backends.cuda.libs.cublas")     # loads libcublas into the process
-    for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError:
-            continue
-    else:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-        lib = ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
-    for fn in (lib.cublasSgemmStridedBatched, lib.cublasDgemmStridedBatched):
-        fn.argtypes, fn.restype = _GEMM_ARGS, ctypes.c_int
-    for fn in (lib.cublasSgemmBatched, lib.cublasDgemmBatched):
-        fn.argtypes, fn.restype = _BATCHED_ARGS, ctypes.c_int
-    lib.cublasSetStream_v2.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
-    lib.cublasSetWorkspace_v2.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-    return lib
-
-
-def _blas():
-    """(libcublas, handle) or None where cuBLAS does not load (then CuPy's matmul runs)."""
-    if "lib" not in _BLAS:
-        try:
-            lib, handle = _load_cublas(), ctypes.c_void_p()
-            _status(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-            _BLAS.update(lib=lib, handle=handle.value, workspace=cp.empty(WORKSPACE, cp.uint8), stream=None)
-        except Exception:  # noqa: BLE001 - no cuBLAS: the CuPy path below
-            _BLAS["lib"] = None
-    return (_BLAS["lib"], _BLAS["handle"]) if _BLAS["lib"] is not None else None
-
-
-def _status(code, what):
-    if code:
-        raise RuntimeError(f"{what} failed: cuBLAS status {code}")
-
-
-def _set_stream(lib, handle, stream):
-    """The handle on ``stream`` with a workspace of our own (cublasSetStream resets it; an own
-    workspace keeps cuBLAS from allocating inside a captured graph)."""
-    if _BLAS.get("stream") != stream:
-        _status(lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
-        ws = _BLAS["workspace"]
-        _status(lib.cublasSetWorkspace_v2(handle, ws.data.ptr, ws.nbytes), "cublasSetWorkspace")
-        _BLAS["stream"] = stream
-
-
-def _merge(dims):
-    """Consecutive (size, stride) dims as one (size, stride), or None when their strides do not chain."""
-    size, stride = 1, 0
-    for n, s in reversed(dims):
-        if n == 1:
-            continue
-        if size == 1:
-            size, stride = n, s
-        elif s == stride * size:
-            size *= n
-        else:
-            return None
-    return size, stride
-
-
-def _matrix(rows, cols, transposed):
-    """(op, ld) that make cuBLAS (column-major) read the matrix (rows, cols) — or its transpose — in
-    place; rows and cols are (size, stride) in elements. None when neither axis has stride 1."""
-    (r, sr), (c, sc) = (cols, rows) if transposed else (rows, cols)
-    if r == 1 or sr == 1:                                   # column-major already
-        ld = sc if c > 1 else r
-        if ld >= max(r, 1):
-            return 0, ld
-    if c == 1 or sc == 1:                                   # row-major: cuBLAS reads its transpose
-        ld = sr if r > 1 else c
-        if ld >= max(c, 1):
-            return 1, ld
-    return None
-
-
-def _plan(batch, m, n, k):
-    """The cuBLAS calls of out[b, m, n] = sum_k a[b, m, k] * b[b, k, n] over strided operands.
-
-    ``batch``: list of (size, (stride_a, stride_b, stride_out)); ``m``: ((size, stride_a), stride_out);
-    ``n``: ((size, stride_b), stride_out); ``k``: (size, stride_a, stride_b); strides in elements.
-    Returns (outer, inner, gemm) or None: ``outer`` batch dims looped over (size, strides), the
-    ``inner`` batch merged into one strided batch (count, strides), and the gemm arguments
-    (transa, transb, M, N, K, lda, ldb, ldc, operands swapped)."""
-    (m_size, m_a), m_out = m
-    (n_size, n_b), n_out = n
-    k_size, k_a, k_b = k
-    if m_size * n_size == 0:
-        return None
-    split = len(batch)
-    while split > 0 and all(_merge([(size, st[i]) for size, st in batch[split - 1:]]) is not None
-                            for i in range(3)):
-        split -= 1
-    inner = [_merge([(size, st[i]) for size, st in batch[split:]]) for i in range(3)]
-    count = inner[0][0] if inner[0] else 1
-    for im in inner:
-        if im[0] not in (1, count):
-            return None
-    strides = tuple(im[1] if im[0] == count and count > 1 else 0 for im in inner)
-    a_rows, a_cols, b_rows, b_cols = (m_size, m_a), (k_size, k_a), (k_size, k_b), (n_size, n_b)
-    out = _matrix((m_size, m_out), (n_size, n_out), False)
-    if out is None:
-        return None
-    if out[0] == 0:                                         # C column-major: C = A B
-        ta, tb = _matrix(a_rows, a_cols, False), _matrix(b_rows, b_cols, False)
-        if ta is None or tb is None:
-            return None
-        gemm = (ta[0], tb[0], m_size, n_size, k_size, ta[1], tb[1], out[1], False)
-    else:                                                   # C row-major: C^T = B^T A^T
-        tb, ta = _matrix(b_rows, b_cols, True), _matrix(a_rows, a_cols, True)
-        if ta is None or tb is None:
-            return None
-        gemm = (tb[0], ta[0], n_size, m_size, k_size, tb[1], ta[1], out[1], True)
-    return tuple(batch[:split]), (count, strides), gemm
-
-
-_SCALARS: dict = {}
-
-
-def _scalar(value, dtype):
-    """A host pointer to ``value`` (kept alive: cuBLAS reads it at launch, and a captured graph keeps it)."""
-    key = (float(value), np.dtype(dtype).str)
-    if key not in _SCALARS:
-        _SCALARS[key] = np.array([value], dtype)
-    return _SCALARS[key].ctypes.data
-
-
-_POINTERS: dict = {}     # (plan, operand addresses) -> device arrays of the members' addresses
-_OFFSETS: dict = {}      # plan -> device array (members, 3) of the members' element offsets
-
-
-def _run_plan(plan, a, b, out, alpha, beta=0.0):
-    """The plan's GEMMs: one strided batch when the batch dims merge, else one pointer-array batch
-    (``cublas<t>gemmBatched``: every member in one launch). The members' offsets depend on the plan
-    alone: they are uploaded once per plan. The address arrays are offsets plus the operands' base
-    addresses, computed on the device (host scalars as kernel arguments) once per set of addresses
-    and cached: a step captured as a CUDA graph, whose temporaries get new addresses from the graph's
-    own pool, computes them inside the graph instead of uploading (which capture refuses)."""
-    lib, handle = _blas()
-    outer, (count, (sa, sb, so)), (ta, tb, mm, nn, kk, lda, ldb, ldc, swapped) = plan
-    single = out.dtype == np.float32
-    _set_stream(lib, handle, _stream())     # inside a capture: the capturing stream
-    item = out.dtype.itemsize
-    pa, pb, po = _ptr(a), _ptr(b), _ptr(out)
-    al, be = _scalar(alpha, out.dtype), _scalar(beta, out.dtype)
-    if outer:
-        key = (plan, pa, pb, po)
-        if key not in _POINTERS:
-            if len(_POINTERS) > 4096:
-                _POINTERS.clear()
-            offsets = _member_offsets(plan)
-            _POINTERS[key] = [offsets[i] * item + base for i, base in enumerate((pa, pb, po))]
-        arr_a, arr_b, arr_o = (_ptr(x) for x in _POINTERS[key])
-        first, second = (arr_b, arr_a) if swapped else (arr_a, arr_b)
-        fn = lib.cublasSgemmBatched if single else lib.cublasDgemmBatched
-        _status(fn(handle, ta, tb, mm, nn, kk, al, first, lda, second, ldb, be, arr_o, ldc,
-                   len(_POINTERS[key][0])), "cublas<t>gemmBatched")
-        return out
-    first, second = (pb, pa) if swapped else (pa, pb)
-    s1, s2 = (sb, sa) if swapped else (sa, sb)
-    fn = lib.cublasSgemmStridedBatched if single else lib.cublasDgemmStridedBatched
-    _status(fn(handle, ta, tb, mm, nn, kk, al, first, lda, s1, second, ldb, s2, be, po, ldc, so, count),
-            "cublas<t>gemmStridedBatched")
-    return out
-
-
-def _member_offsets(plan):
-    """The element offsets of a pointer-array batch's members in a, b and out: three device arrays,
-    uploaded the first time the plan runs (outside a capture: a package warms up first)."""
-    if plan not in _OFFSETS:
-        outer, (count, strides), _ = plan
-        offsets = np.zeros((1, 3), np.int64)
-        for size, st in outer:
-            offsets = (offsets[:, None, :] + np.arange(size)[None, :, None] * np.asarray(st)).reshape(-1, 3)
-        offsets = (offsets[:, None, :] + np.arange(count)[None, :, None] * np.asarray(strides)).reshape(-1, 3)
-        _OFFSETS[plan] = [asarray(np.ascontiguousarray(offsets[:, i])) for i in range(3)]
-    return _OFFSETS[plan]
-
-
-def _stream():
-    return cp.cuda.get_current_stream().ptr
-
-
-def _ptr(x):
-    return x.data.ptr
-
-
-def _elems(x):
-    return [s // x.itemsize for s in x.strides]
-
-
 def _strided_product(a, b, out, alpha=1.0):
     """out[..., m, n] = alpha * a[..., m, k] @ b[..., k, n] (batch dims broadcast) by cuBLAS on the
     views as they lie, or False where that cannot be done (dtype, layout, no bindings)."""
     if out is None or out.dtype not in (np.float32, np.float64) or a.dtype != out.dtype or b.dtype != out.dtype:
         return False
-    if a.ndim < 2 or b.ndim < 2 or out.ndim < 2 or _blas() is None:
+    if a.ndim < 2 or b.ndim < 2 or out.ndim < 2 or not cublas.available():
         return False
     nb = out.ndim - 2
     if a.shape[-1] != b.shape[-2] or out.shape[-2:] != (a.shape[-2], b.shape[-1]):
         return False                                        # let cupy.matmul say what is wrong
-    sa, sb, so = _elems(a), _elems(b), _elems(out)
+    sa, sb, so = cublas.elems(a), cublas.elems(b), cublas.elems(out)
     batch = []
     for d in range(nb):
         da, db = d - (nb - (a.ndim - 2)), d - (nb - (b.ndim - 2))
@@ -352,11 +161,11 @@ def _strided_product(a, b, out, alpha=1.0):
         st_a = sa[da] if da >= 0 and a.shape[da] > 1 else 0
         st_b = sb[db] if db >= 0 and b.shape[db] > 1 else 0
         batch.append((out.shape[d], (st_a, st_b, so[d])))
-    plan = _plan(batch, ((a.shape[-2], sa[-2]), so[-2]), ((b.shape[-1], sb[-1]), so[-1]),
+    plan = cublas.plan(batch, ((a.shape[-2], sa[-2]), so[-2]), ((b.shape[-1], sb[-1]), so[-1]),
                  (a.shape[-1], sa[-1], sb[-2]))
     if plan is None:
         return False
-    _run_plan(plan, a, b, out, alpha)
+    cublas.run_plan(plan, a, b, out, alpha)
     return True
 
 
@@ -427,29 +236,29 @@ def _einsum_views(equation, a, b, out):
     ns = [c for c in res if c in lb and c not in la]
     ks = [c for c in la if c in lb and c not in res]
 
-    sa, sb, so = _elems(a), _elems(b), _elems(out)
+    sa, sb, so = cublas.elems(a), cublas.elems(b), cublas.elems(out)
 
     def dims(strides, letters, x_letters):
         return [(sizes[c], strides[x_letters.index(c)]) for c in letters]
-    m_a, m_o = _merge(dims(sa, ms, la)), _merge(dims(so, ms, res))
-    n_b, n_o = _merge(dims(sb, ns, lb)), _merge(dims(so, ns, res))
-    k_a, k_b = _merge(dims(sa, ks, la)), _merge(dims(sb, ks, lb))
+    m_a, m_o = cublas.merge(dims(sa, ms, la)), cublas.merge(dims(so, ms, res))
+    n_b, n_o = cublas.merge(dims(sb, ns, lb)), cublas.merge(dims(so, ns, res))
+    k_a, k_b = cublas.merge(dims(sa, ks, la)), cublas.merge(dims(sb, ks, lb))
     if None in (m_a, m_o, n_b, n_o, k_a, k_b):
         return None
     batch = [(sizes[c], (sa[la.index(c)], sb[lb.index(c)], so[res.index(c)])) for c in bat]
-    return _plan(batch, (m_a, m_o[1]), (n_b, n_o[1]), (k_a[0], k_a[1], k_b[1]))   # the sizes agree (checked)
+    return cublas.plan(batch, (m_a, m_o[1]), (n_b, n_o[1]), (k_a[0], k_a[1], k_b[1]))   # the sizes agree (checked)
 
 
 def einsum(equation, a, b, out=None):
     if (out is not None and out.dtype in (np.float32, np.float64) and a.dtype == out.dtype == b.dtype
-            and _blas() is not None):
+            and cublas.available()):
         plan = _einsum_views(equation, a, b, out)
         if plan is not None:
-            return _run_plan(plan, a, b, out, 1.0)
+            return cublas.run_plan(plan, a, b, out, 1.0)
         ac, bc = _contiguous(a), _contiguous(b)          # as in ``_product``: copies cuBLAS can read
         plan = _einsum_views(equation, ac, bc, out) if ac is not a or bc is not b else None
         if plan is not None:
-            return _run_plan(plan, ac, bc, out, 1.0)
+            return cublas.run_plan(plan, ac, bc, out, 1.0)
     y = cp.einsum(equation, a, b)
     if out is None:
         return y

@@ -15,6 +15,7 @@ It needs NumPy only (``rich``, when installed, draws the training progress):
 import argparse
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -224,6 +225,10 @@ def parser(package):
 def main(Model, package, argv=None):
     P = Model.P
     args = parser(package).parse_args(argv)
+    problem = P.L.device_problem()
+    if problem:
+        print(f"{package}: {problem}", file=sys.stderr)
+        return 2
     if args.command == "train":
         args.loss_output = P.FORWARD_OUTPUTS[0]
         return train(Model, args, P.INPUTS, P._INPUT_SHAPES)

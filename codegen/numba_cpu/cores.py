@@ -1,4 +1,5 @@
-"""How many threads an exported step uses by default: the physical cores this process may run on.
+"""How many threads an exported step uses by default: the physical cores this process may run on (and
+whether the machine can run the package at all: the CPU always can).
 
 A part of the CPU library (``library.py`` imports it relatively; an exported package carries it
 beside ``_lib.py``), so it imports only the standard library.
@@ -35,3 +36,8 @@ def default_threads() -> int:
     except ValueError:
         n = 0
     return n if n > 0 else physical_cores()
+
+
+def device_problem() -> str | None:
+    """Why a package cannot run on this machine (``_lib.device_problem``): never, on the CPU."""
+    return None

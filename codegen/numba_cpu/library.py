@@ -26,7 +26,7 @@ from functools import partial
 
 import numpy as np
 
-from .cores import default_threads, physical_cores  # noqa: F401  (public here too)
+from .cores import default_threads, device_problem, physical_cores  # noqa: F401  (public here too)
 
 asarray = np.asarray
 broadcast_to = np.broadcast_to

@@ -87,6 +87,9 @@ class Model:
 
     def __init__(self, weights=None, recycle_outputs=False, threads=None, seed=0):
         L = self.P.L
+        problem = L.device_problem()
+        if problem:
+            raise RuntimeError(problem)
         self.threads = L.set_threads(threads) if threads != 0 else None
         self.weights = {key: L.asarray(value) for key, value in (self.P._load_weights() if weights is None
                                                                   else weights).items()}

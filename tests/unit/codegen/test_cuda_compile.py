@@ -159,6 +159,27 @@ def test_shared_reductions_use_atomics_and_owned_ones_do_not():
     assert col.init["s"].kind in ("full", "empty", "zeros")
 
 
+def test_without_a_device_the_package_says_so_and_exits(tmp_path):
+    """On a machine where CUDA cannot start, the package's command line prints why and what to do and
+    exits 2, and ``Model()`` raises that message, instead of a CuPy traceback from the first upload."""
+    cupy = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
+    if cupy.is_available():
+        pytest.skip("a CUDA device is present: the package runs there (test_running_needs_a_device)")
+    import subprocess
+    import sys
+    from codegen.export.package import export_package
+    from codegen.numpy_ref.feeds import feeds_for
+    from tests.peer.test_export_fixtures import load_package
+    g = _tiny_graph()
+    res = export_package(g, tmp_path / "tiny_cuda", inputs=feeds_for(g), backend="cuda")
+    run = subprocess.run([sys.executable, "-m", "tiny_cuda", "--check"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.startswith("tiny_cuda: this package runs on an NVIDIA GPU") and "--backend cpu" in run.stderr
+    with pytest.raises(RuntimeError, match="export the model again with --backend cpu"):
+        load_package(res.path).Model()
+
+
 def test_running_needs_a_device():
     cupy = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
     if not cupy.is_available():

@@ -17,6 +17,7 @@ import pytest
 
 cp = pytest.importorskip("cupy", reason="cupy (the cuda extra) is not installed")
 
+from codegen.cupy_cuda import cublas as C  # noqa: E402
 from codegen.cupy_cuda import library as L  # noqa: E402
 
 
@@ -75,17 +76,18 @@ class FakeCublas:
 @pytest.fixture
 def blas(monkeypatch):
     fake = FakeCublas()
-    monkeypatch.setattr(L, "_blas", lambda: (fake, 0))
-    monkeypatch.setattr(L, "_POINTERS", {})       # host arrays here: none may outlive the test
-    monkeypatch.setattr(L, "_OFFSETS", {})
+    monkeypatch.setattr(C, "blas", lambda: (fake, 0))
+    monkeypatch.setattr(C, "cp", np)              # the members' offsets: host arrays here
+    monkeypatch.setattr(C, "POINTERS", {})        # host arrays here: none may outlive the test
+    monkeypatch.setattr(C, "_OFFSETS", {})
     OPERANDS.clear()
 
     def ptr(x):
         OPERANDS.append((x.ctypes.data, x.ctypes.data + x.nbytes))
         return x.ctypes.data
-    monkeypatch.setattr(L, "_ptr", ptr)
-    monkeypatch.setattr(L, "_stream", lambda: 0)
-    monkeypatch.setattr(L, "_set_stream", lambda lib, handle, stream: None)
+    monkeypatch.setattr(C, "_ptr", ptr)
+    monkeypatch.setattr(C, "_stream", lambda: 0)
+    monkeypatch.setattr(C, "_set_stream", lambda lib, handle, stream: None)
     return fake
 
 
@@ -111,7 +113,7 @@ def test_einsum_runs_as_strided_gemms_on_views(blas, monkeypatch, eq, sa, sb, dt
     out = np.full(want.shape, np.nan, dtype)
     plan = L._einsum_views(eq, a, b, out)
     assert plan is not None, f"{eq} did not map onto strided GEMMs"
-    L._run_plan(plan, a, b, out, 1.0)
+    C.run_plan(plan, a, b, out, 1.0)
     np.testing.assert_allclose(out, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
     assert blas.calls >= 1
     if eq in ("acbe,adbe->abcd", "abce,aebd->acbd"):   # heads interleaved: one pointer-array launch
@@ -130,16 +132,16 @@ def test_pointer_batches_of_new_operands_upload_nothing(blas, monkeypatch):
     def product():
         a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
         out = np.full((sa[0], sa[2], sa[1], sb[1]), np.nan, np.float32)
-        L._run_plan(L._einsum_views(eq, a, b, out), a, b, out, 1.0)
+        C.run_plan(L._einsum_views(eq, a, b, out), a, b, out, 1.0)
         np.testing.assert_allclose(out, np.einsum(eq, a.astype(np.float64), b), rtol=1e-5, atol=1e-5)
         return a, b, out
     kept = product()                                   # the warm-up: the plan's offsets go up once
 
     def upload(x, dtype=None):
         raise AssertionError("the current stream is capturing, so H2D transfers are disallowed")
-    monkeypatch.setattr(L, "asarray", upload)
+    monkeypatch.setattr(C, "_upload", upload)
     kept = kept, product(), product()                  # new addresses, as in a capture
-    assert blas.batched == 3 and len(L._OFFSETS) == 1 and len(L._POINTERS) == 3
+    assert blas.batched == 3 and len(C._OFFSETS) == 1 and len(C.POINTERS) == 3
 
 
 def test_non_gemm_einsums_are_refused(blas):
@@ -180,13 +182,13 @@ def test_fused_matmul_batched_and_broadcast(blas, monkeypatch, sa, sb, flags):
 
 
 def test_merge_and_matrix_layouts():
-    assert L._merge([(2, 12), (3, 4), (4, 1)]) == (24, 1)
-    assert L._merge([(2, 5), (3, 1)]) is None
-    assert L._merge([(4, 0), (3, 0)]) == (12, 0)
-    assert L._merge([(1, 99), (3, 2)]) == (3, 2)
-    assert L._matrix((4, 5), (5, 1), False) == (1, 5)    # row-major: cuBLAS reads the transpose
-    assert L._matrix((4, 1), (5, 4), False) == (0, 4)    # column-major as it is
-    assert L._matrix((4, 3), (5, 7), False) is None      # neither axis contiguous
+    assert C.merge([(2, 12), (3, 4), (4, 1)]) == (24, 1)
+    assert C.merge([(2, 5), (3, 1)]) is None
+    assert C.merge([(4, 0), (3, 0)]) == (12, 0)
+    assert C.merge([(1, 99), (3, 2)]) == (3, 2)
+    assert C._matrix((4, 5), (5, 1), False) == (1, 5)    # row-major: cuBLAS reads the transpose
+    assert C._matrix((4, 1), (5, 4), False) == (0, 4)    # column-major as it is
+    assert C._matrix((4, 3), (5, 7), False) is None      # neither axis contiguous
 
 
 def test_scalars_keep_their_shape_on_the_way_to_the_device(monkeypatch):
