@@ -72,8 +72,13 @@ def time_steps(Model, data, names, n, threads):
 
 def batches(path, names, shapes):
     """``k -> {input: array}`` over the arrays of ``path`` (see the module docstring)."""
-    with np.load(path, allow_pickle=False) as f:
-        arrays = {key: f[key] for key in f.files}
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {key: f[key] for key in f.files}
+    except OSError as e:
+        raise SystemExit(f"{path}: {e.strerror or e}") from None
+    except ValueError:                            # NumPy would unpickle it: never
+        raise SystemExit(f"{path}: not an .npz of plain arrays (one per model input)") from None
     unknown = sorted(set(arrays) - set(names))
     if unknown:
         raise SystemExit(f"{path}: {unknown[:5]} are not inputs of the model (it takes {list(names)})")
@@ -146,12 +151,23 @@ class _StopRequest:
         return False
 
 
+def _load(model, path):
+    """``model.load(path)``, or exit saying why the checkpoint was refused (missing, unreadable, another
+    model's); a refusal changes nothing."""
+    try:
+        model.load(path)
+    except OSError as e:
+        raise SystemExit(f"{path}: {e.strerror or e}") from None
+    except ValueError as e:                       # it names the file and says why
+        raise SystemExit(str(e)) from None
+
+
 def train(Model, args, names, shapes):
     model = Model(threads=args.threads, recycle_outputs=True, seed=args.seed)
     os.makedirs(args.checkpoint, exist_ok=True)
     last = os.path.join(args.checkpoint, "last.npz")
     if args.resume and os.path.exists(last):
-        model.load(last)
+        _load(model, last)
         print(f"resumed from {last} at step {model.step_count}")
     if args.lr is not None:
         model.lr = args.lr
@@ -185,8 +201,11 @@ def train(Model, args, names, shapes):
 def export_onnx(Model, args):
     model = Model(threads=0)
     if args.state:
-        model.load(args.state)
-    path = model.export_onnx(args.output)
+        _load(model, args.state)
+    try:
+        path = model.export_onnx(args.output)
+    except (OSError, RuntimeError) as e:
+        raise SystemExit(f"export-onnx: {e}") from None
     weights = f"the weights of {args.state}" if args.state else "its initial weights"
     print(f"wrote {path}: the forward model in eval mode with {weights}")
     return 0

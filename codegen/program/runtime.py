@@ -241,7 +241,9 @@ class Model:
         of the package plus one initializer per trained tensor), atomically; returns the path."""
         P = self.P
         if P.PREDICT is None or not P.DIRECTORY:
-            raise TypeError("this package has no forward model to write (its step was not generated from one)")
+            raise RuntimeError("this package has no forward model to write: its step was imported whole, not made from a "
+                               "forward model by dcstudio train-graph; the trained weights are in the checkpoint "
+                               "(np.load('last.npz'), one array per name)")
         with open(os.path.join(P.DIRECTORY, "forward.onnx"), "rb") as f:
             base = f.read()
         state = {n: _host(self.state[n]) for n in P.PREDICT.INPUTS if n in self.state}

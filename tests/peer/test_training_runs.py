@@ -280,3 +280,30 @@ def test_train_command_checkpoints_on_ctrl_c_and_resumes(dropout_package, tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"resumed from {ckpt / 'last.npz'} at step {stopped}" in done.stdout
     assert json.loads(str(np.load(ckpt / "last.npz")["__meta__"]))["step_count"] == stopped + 3
+
+
+def test_package_commands_refuse_bad_files_with_a_line_naming_them(dropout_package, tmp_path):
+    """The package's ``train`` and ``export-onnx`` refuse a missing or wrong ``--data``, ``--state`` or
+    checkpoint with one line naming the file (exit 1), never a traceback, and never suggest unpickling.
+    A package imported as a whole training graph has no forward model: ``export-onnx`` says where the
+    trained weights are instead."""
+    _, _, pkg, _, _ = dropout_package
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    (tmp_path / "notes.json").write_text("{}", encoding="utf-8")
+    np.savez(tmp_path / "plain.npz", x=np.zeros(2))
+    cases = [(["train", "--data", "missing.npz", "--steps", "2"], "missing.npz: No such file or directory"),
+             (["train", "--data", "notes.json", "--steps", "2"], "notes.json: not an .npz of plain arrays"),
+             (["export-onnx", "out.onnx", "--state", "missing.npz"], "missing.npz: No such file or directory"),
+             (["export-onnx", "out.onnx", "--state", "plain.npz"], "plain.npz is not a dcstudio checkpoint")]
+    for argv, said in cases:
+        run = subprocess.run([sys.executable, "-m", pkg.name, *argv], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300, env={**env, "PYTHONPATH": str(pkg.parent)})
+        assert run.returncode == 1 and "Traceback" not in run.stderr and said in run.stderr, (argv, run.stderr)
+        assert "pickle" not in run.stderr and not (tmp_path / "out.onnx").exists()
+    joint = tmp_path / "joint_pkg"
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "joint_standard" / "mlp_joint_adamw.onnx"
+    assert main(["export", str(fixture), "-o", str(joint)]) == 0
+    run = subprocess.run([sys.executable, "-m", "joint_pkg", "export-onnx", "out.onnx"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert "no forward model to write" in run.stderr and "last.npz" in run.stderr
