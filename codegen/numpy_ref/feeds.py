@@ -2,12 +2,18 @@
 
 Floats are small normal values, optimizer moments and running statistics non-negative, ``learning_rate``
 1e-3 and ``step`` 1, integer inputs 0/1 (valid class ids and masks), booleans
-random. The same seed gives the same feeds in any process. ``names`` makes only those inputs
+random. Parameters of rank 2 and more (weights a model takes as inputs, as onnxruntime-training
+artifacts do) are drawn as torch initializes Linear and Conv weights, uniform within ±1/√fan_in
+(``fan_in``: the product of all but the first dimension): with N(0, ¼) weights the bundled BERT layer's
+attention scores ran into the hundreds, its softmax saturated, and its score gradient was 74 % zeros and
+9 % subnormals — the check barely exercised that backward, and its GEMM ran 10x slower on an Intel
+Xeon (a microcode assist per subnormal), so timings measured what training never sees. The same seed gives the same feeds in any process. ``names`` makes only those inputs
 (a profiling cutout needs a few, not every optimizer moment of the model), each drawn from its
 own stream keyed by the seed and its name: deterministic, but not the whole set's values.
 """
 from __future__ import annotations
 
+import math
 import zlib
 from typing import Iterable
 
@@ -37,6 +43,9 @@ def feeds_for(graph: Graph, seed: int = 0, names: Iterable[str] | None = None) -
             feeds[name] = rng.random(shape) < 0.9
         elif dt.kind in "iu":
             feeds[name] = rng.integers(0, 2, shape).astype(dt)
+        elif c.role == Role.PARAMETER and len(shape) >= 2:
+            bound = 1.0 / math.sqrt(max(1, math.prod(shape[1:])))
+            feeds[name] = rng.uniform(-bound, bound, shape).astype(dt)
         elif c.role in (Role.OPTIMIZER_STATE, Role.STATISTIC):
             feeds[name] = (np.abs(rng.standard_normal(shape)) * 1e-3).astype(dt)
         else:
