@@ -9,7 +9,8 @@ kernel, how its loops run (``KernelSource.schedule``: map order, columns innermo
 step's total and the thread counts. A view (an alias: no data moves at run time) gets no rate and no roof, and
 the "above the calibrated roof" warning names only kernels that low peaks alone explain
 (``codegen.timing.roofline``, as in the Timings dock). ``--json`` writes everything, ``--trace`` a Chrome
-trace for Perfetto, ``--against HISTORY2`` adds the paired A/B ratio of the two steps.
+trace for Perfetto, ``--against HISTORY2`` adds the paired A/B ratio of the two steps. ``--inputs X.npz``
+times on your own weights and data (arrays by input name) instead of the deterministic feeds.
 
 Exit codes: 0 ok (also when some kernels failed: they are listed), 2 bad input.
 """
@@ -45,15 +46,14 @@ def _table(profile, top: int | None) -> str:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from codegen.numba_cpu.threads import default_threads
-    from codegen.numpy_ref.feeds import feeds_for
     from codegen.timing.calibrate import peaks
     from codegen.timing.profiler import ab_ratio, profile_graph
     from codegen.timing.roofline import over_roof
     from codegen.timing.trace import write_trace
-    from studio.session.exporting import load_with_history
+    from studio.session.exporting import inputs_for, load_with_history
     graph, steps = load_with_history(args.model, args.history, args.bind)
     threads = args.threads or default_threads()
-    feeds = feeds_for(graph)
+    feeds = inputs_for(graph, args.inputs)
     pk = peaks(threads, force=args.recalibrate)
     wanted = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
     prof = profile_graph(graph, feeds, kernels=wanted, reps=args.reps, warmup=args.warmup, timeout=args.timeout,
@@ -105,4 +105,6 @@ def add_parser(sub) -> None:
     p.add_argument("--top", type=int, default=None, metavar="N", help="only the N slowest kernels")
     p.add_argument("--recalibrate", action="store_true", help="measure the machine's peaks again")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=N", help="bind a symbolic dimension")
+    p.add_argument("--inputs", metavar="X.npz", help="your weights and data by input name (default: deterministic "
+                   "feeds, whose parameters are only scaled like an initialized model's)")
     p.set_defaults(func=cmd_profile)

@@ -11,7 +11,9 @@ from ir.errors import StudioError
 from ir.onnx_load import read_model
 
 
-def _inputs(graph, path: str | None) -> dict[str, np.ndarray]:
+def inputs_for(graph, path: str | None) -> dict[str, np.ndarray]:
+    """The deterministic feeds of ``graph``, with the arrays of ``--inputs`` file ``path`` (by input name) over
+    them: a user's weights and data, checked against the graph's inputs and their shapes."""
     from codegen.numpy_ref.feeds import feeds_for
     feeds = feeds_for(graph)
     if path:
@@ -23,6 +25,10 @@ def _inputs(graph, path: str | None) -> dict[str, np.ndarray]:
         unknown = sorted(set(given) - set(graph.inputs))
         if unknown:
             raise StudioError(f"--inputs {path}: {unknown[:5]} are not inputs of the graph")
+        wrong = [f"'{k}' has shape {v.shape}, the graph takes {feeds[k].shape}" for k, v in given.items()
+                 if k in feeds and v.shape != feeds[k].shape]
+        if wrong:
+            raise StudioError(f"--inputs {path}: {'; '.join(wrong[:3])}")
         feeds.update(given)
     return feeds
 
@@ -47,7 +53,7 @@ def load_with_history(model: str, history: str | None, bind: list[str], *, origi
         check_model(hist, graph.meta["sha256"], Path(model).name, path=history)
     steps = hist.steps if hist is not None else ()
     if original:
-        feeds = _inputs(graph, inputs)
+        feeds = inputs_for(graph, inputs)
         pending = Oracle.start(graph, proto, feeds)
     if hist is not None:
         replay(graph, hist, path=history, every_peak=False)

@@ -3,6 +3,7 @@ without a rate or a roof (an alias moves no data), and the "above the roof" warn
 that only low peaks explain."""
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 
@@ -27,6 +28,22 @@ def test_profile_prints_every_kernel_with_its_loops(tmp_path, capsys):
     rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in ("fc1", "act/expanded")}
     assert rows["act/expanded"].endswith("  map order") and rows["fc1"].split()[1] == "blas"
     assert not rows["fc1"].endswith("order")
+
+
+def test_profile_times_on_given_inputs_and_refuses_wrong_ones(tmp_path, capsys):
+    """``--inputs`` times on the user's arrays; a wrong shape or an unknown name is refused (exit 2) with
+    the file, the input and what the graph takes."""
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(batch=64), path)
+    np.savez(tmp_path / "x.npz", x=np.ones((64, 4), np.float32))
+    np.savez(tmp_path / "bad.npz", x=np.ones((3, 4), np.float32))
+    np.savez(tmp_path / "other.npz", y=np.ones((64, 3), np.float32))
+    base = ["profile", str(path), "--reps", "2", "--warmup", "0", "--threads", "1", "--inputs"]
+    assert main(base + [str(tmp_path / "x.npz")]) == 0 and "FAILED" not in capsys.readouterr().out
+    assert main(base + [str(tmp_path / "bad.npz")]) == 2
+    assert "bad.npz: 'x' has shape (3, 4), the graph takes (64, 4)" in capsys.readouterr().err
+    assert main(base + [str(tmp_path / "other.npz")]) == 2
+    assert "other.npz: ['y'] are not inputs of the graph" in capsys.readouterr().err
 
 
 def test_views_get_no_rate_and_no_roof():
