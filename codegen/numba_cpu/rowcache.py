@@ -30,7 +30,7 @@ block skewed on its own (two buffers per block, not per row).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ir import dtypes
 from ir import expr as E
@@ -113,7 +113,7 @@ def plan(m: MapNode, written: set[str], parallel: bool = False) -> RowCache | No
         return None
     cache = RowCache(tuple(sweeps), length)
     chunked = parallel and len(m.params) == 1 and can_skew(m, cache, False)
-    return RowCache(cache.sweeps, length, chunked or can_skew(m, cache, parallel), chunked)
+    return replace(cache, skew=chunked or can_skew(m, cache, parallel), chunked=chunked)
 
 
 def emit(nest: Nest, m: MapNode, parallel: bool, cache: RowCache) -> None:

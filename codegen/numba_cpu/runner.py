@@ -31,6 +31,7 @@ from codegen.numba_cpu import kernel_cache
 from codegen.numba_cpu import threads as thread_control
 from codegen.numba_cpu.backend import program as cpu_program
 from codegen.program.module import module_text
+from codegen.program.module_plan import ModulePlan, plan_module
 from codegen.program.namespace import literal
 from codegen.program.program import Program
 from codegen.numpy_ref.maps import run_map
@@ -90,15 +91,17 @@ class CompiledGraph:
     """A graph compiled for the CPU backend (see the module docstring)."""
 
     def __init__(self, graph: Graph, *, threads: int | None = None, parallel: bool = True,
-                 fast: bool = True, lowered: bool = False, extra: Callable[[Program], str] | None = None) -> None:
+                 fast: bool = True, lowered: bool = False,
+                 extra: Callable[[Program, ModulePlan], str] | None = None) -> None:
         self.threads = thread_control.pin(threads) if threads else thread_control.current()
         self.program: Program = cpu_program(graph, parallel=parallel, fast=fast, lowered=lowered)
         for ks in self.program.kernels.values():
             kernel_cache.write(ks)
         imports = INPROCESS_IMPORTS.format(kernels=literal(tuple(sorted(self.program.kernels))))
+        plan = plan_module(self.program)              # one plan: the module's step and ``extra`` (its timed twin)
         self.source = module_text(self.program, mode="inprocess", imports=imports,
-                                  doc=f"dcstudio CPU program of {graph.name!a}",
-                                  extra=extra(self.program) if extra else "")
+                                  doc=f"dcstudio CPU program of {graph.name!a}", plan=plan,
+                                  extra=extra(self.program, plan) if extra else "")
         sha = hashlib.sha256(self.source.encode()).hexdigest()[:20]
         self.path = kernel_cache.cache_dir() / "programs" / f"p_{sha}.py"
         if not self.path.is_file():

@@ -7,7 +7,8 @@ artifacts do) are drawn as torch initializes Linear and Conv weights, uniform wi
 (``fan_in``: the product of all but the first dimension): with N(0, ¼) weights the bundled BERT layer's
 attention scores ran into the hundreds, its softmax saturated, and its score gradient was 74 % zeros and
 9 % subnormals — the check barely exercised that backward, and its GEMM ran 10x slower on an Intel
-Xeon (a microcode assist per subnormal), so timings measured what training never sees. The same seed gives the same feeds in any process. ``names`` makes only those inputs
+Xeon (a microcode assist per subnormal), so timings measured what training never sees. The same seed
+gives the same feeds in any process. ``names`` makes only those inputs
 (a profiling cutout needs a few, not every optimizer moment of the model), each drawn from its
 own stream keyed by the seed and its name: deterministic, but not the whole set's values.
 """

@@ -1,9 +1,9 @@
 """The profiler's instrumented step: every kernel statement timed, guarded and skippable.
 
-``timed_step(prog)`` is the text of
+``timed_step(prog, plan)`` is the text of
 ``_step_timed(W, B, R, T, S, P, SKIP, ERR, <inputs>)``, which runs the same
-statements as ``_step`` (same order, same planned buffers: ``plan_module``'s step, whose pool ``B`` the
-module's ``_SLOTS`` size — the loss statements first) and, ``k`` being a statement's position in
+statements as ``_step`` (same order, same planned buffers: ``plan.step``, the module's own plan, whose
+pool ``B`` the module's ``_SLOTS`` size — the loss statements first) and, ``k`` being a statement's position in
 ``prog.statements``:
 
 - appends each statement's ``perf_counter_ns`` duration to ``T[k]`` and its start to ``S[k]``;
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from codegen.program.namespace import literal
 from codegen.program.module import alloc_line
-from codegen.program.module_plan import plan_module
+from codegen.program.module_plan import ModulePlan
 from codegen.program.program import Alloc, Program
 from codegen.program.schedule import merged
 
@@ -42,9 +42,9 @@ class _Empty:
 _NO_PLAN = _Empty()
 
 
-def timed_step(prog: Program) -> str:
+def timed_step(prog: Program, module_plan: ModulePlan) -> str:
     g = prog.graph
-    step = plan_module(prog).step                  # what _step runs, in its order, on its buffers
+    step = module_plan.step                        # what _step runs, in its order, on its buffers
     plan, position = step.slots, {id(st): k for k, st in enumerate(prog.statements)}
     params = ", ".join(["W", "B", "R", "T", "S", "P", "SKIP", "ERR"] + [prog.var(c) for c in g.inputs])
     lines = ["import time as _time", "", "", f"def _step_timed({params}):",

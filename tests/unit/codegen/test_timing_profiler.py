@@ -274,13 +274,15 @@ def test_the_timed_step_runs_the_steps_statements_in_its_order_on_its_buffers():
     ``dcstudio profile`` reported two of its kernels FAILED (a reshape, an index error)."""
     from codegen.numba_cpu.backend import program
     from codegen.program.module import module_text
+    from codegen.program.module_plan import plan_module
     from codegen.timing.instrument import timed_step
     from studio.session.exporting import load_with_history
     examples = Path(__file__).resolve().parents[3] / "resources" / "examples"
     graph, _ = load_with_history(str(examples / "bert_layer_base_train.onnx"),
                                  str(examples / "bert_layer_base_train.history.json"), [])
     prog = program(graph, parallel=True)
-    text = module_text(prog, mode="inprocess", imports="", doc="d", extra=timed_step(prog))
+    plan = plan_module(prog)                       # as CompiledGraph gives both functions one plan
+    text = module_text(prog, mode="inprocess", imports="", doc="d", plan=plan, extra=timed_step(prog, plan))
     step = _function_lines(text, "_step_forward") + _function_lines(text, "_step")
     assert len(step) > 2 * len(prog.statements) // 3
     assert _function_lines(text, "_step_timed") == step
