@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Union
 import numpy as np
 
 from ir import dtypes
+from ir.special import erf64
 
 Scalar = Union[int, float, bool]
 
@@ -129,31 +130,13 @@ def count_flops(e: Expr) -> int:
 
 # --- NumPy evaluation (the reference semantics) ----------------------------------------------
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    """erf in float64 with fractional error < 1.2e-7 (Numerical Recipes erfc, Chebyshev)."""
-    x = np.asarray(x, dtype=np.float64)
-    z = np.abs(x)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = (-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
-        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
-            -0.82215223 + t * 0.17087277)))))))))
-    erfc = t * np.exp(poly)
-    return np.where(x >= 0, 1.0 - erfc, erfc - 1.0)
-
-
 def erf(x: np.ndarray) -> np.ndarray:
-    """Vectorized erf keeping the input's float dtype (exact for scalars via math.erf)."""
+    """erf keeping the input's float dtype (ints give float64), rounded once from Cody's float64 erf
+    (``ir.special.erf64``, as exact as ``math.erf``). It was a Chebyshev form with 1.2e-7 absolute error:
+    10⁸ ulp in float64, and near 0, where erf is small, 900 ulp in float32."""
     arr = np.asarray(x)
-    if arr.ndim == 0:
-        return np.asarray(math.erf(float(arr)), dtype=arr.dtype if arr.dtype.kind == "f" else np.float64)
-    out = np.empty(arr.shape, np.float64)
-    flat, res = arr.reshape(-1), out.reshape(-1)
-    for k in range(0, flat.size, ERF_BLOCK):          # blocks keep _erf's temporaries in cache (3x faster)
-        res[k:k + ERF_BLOCK] = _erf(flat[k:k + ERF_BLOCK])
+    out = erf64(arr)
     return out.astype(arr.dtype) if arr.dtype.kind == "f" else out
-
-
-ERF_BLOCK = 1 << 16
 
 
 def _np_sign(x):

@@ -8,8 +8,9 @@ decided on their source (``ast``): a file whose absolute imports leave ``ALLOWED
 instance one that needs the IR to run an epilogue map) is left out, with every file that
 imports it; the ops it registers are then not available to an export, which says so.
 ``SHARED`` IR modules import only NumPy and the standard library too (Resize's interpolation
-matrices, which the gradient rules also build): they are copied beside the families, and an
-import of one (``from ir.interpolation import …``) becomes a sibling import.
+matrices, which the gradient rules also build; the float64 erf, which tasklets also evaluate): they
+are copied beside the families, and an import of one (``from ir.interpolation import …``) becomes a
+sibling import.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import codegen.numpy_ref as _numpy_ref
 import ir.interpolation
+import ir.special
 
 ALLOWED = frozenset({"__future__", "numpy", "math", "typing", "dataclasses", "itertools", "functools",
                      "ml_dtypes", "collections", "operator", "cmath"})
@@ -26,7 +28,8 @@ SKIP = frozenset({"__init__", "executor", "maps", "feeds", "kernels"})
 (regenerated: it must import only the copied families)."""
 
 REF_DIR = Path(_numpy_ref.__file__).parent
-SHARED = {"interpolation": Path(ir.interpolation.__file__)}   # stem -> path of an IR module the kernels import
+SHARED = {"interpolation": Path(ir.interpolation.__file__), "special": Path(ir.special.__file__)}
+"""Module stem -> path of each IR module the kernels import."""
 
 
 def _imports(path: Path) -> tuple[set[str], set[str]]:

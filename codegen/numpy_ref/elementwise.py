@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .registry import Inputs, OpContext, kernel
-from .special import erf64
+from ir.special import erf64
 
 UnaryFn = Callable[[np.ndarray, dict[str, Any]], np.ndarray]
 BinaryFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
