@@ -32,6 +32,8 @@ NUMERIC_TYPES = ("float32", "float64", "float16", "int8", "int16", "int32", "int
                  "uint64", "bool")
 """The dtypes a tasklet computes in (lowering, the kernel printers): the floats but bfloat16 (a storage type,
 widened to float32 to compute), the integers and bool."""
+HALF_FLOATS = frozenset({"float16", "bfloat16"})
+"""The 16-bit floats: computed in float32, stored as uint16 bits by every backend's program."""
 WIDE_TYPES = ("float32", "float64", "int32", "int64")
 """The 32- and 64-bit floats and integers: what a kernel's row caches, column accumulators and warp shuffles hold."""
 NUMPY_NAMES = {dt: "np.bool_" if dt == "bool" else f"np.{dt}" for dt in NUMERIC_TYPES}

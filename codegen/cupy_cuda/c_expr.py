@@ -1,9 +1,15 @@
-"""``ir.expr`` trees as CUDA C expressions (float32 math: ``expf``, ``tanhf``, ``erff``, …).
+"""``ir.expr`` trees as CUDA C expressions, each operation in the type it computes in.
 
-``to_cuda(e, names)`` prints a tasklet expression; ``names`` maps variables (connectors,
-map parameters) to the C text that loads them (a name it lacks prints as itself). The walk is
-``program.expr_print``'s; ``CudaExpr`` is its tables. ``C_TYPES`` is the one table of C element
-types of the CUDA backend.
+``to_cuda(e, names, helpers, types)`` prints a tasklet expression; ``names`` maps variables (connectors,
+map parameters) to the C text that loads them (a name it lacks prints as itself), ``types`` to the dtype
+they compute in (float32 where not given). The walk and its typing are ``program.expr_print``'s;
+``CudaExpr`` is its tables. ``C_TYPES`` is the one table of C element types of the CUDA backend.
+
+- Float math prints in the operation's own type (``FLOAT_FORMS``): ``expf``, ``1.0f`` and ``dcs_max<float>``
+  on float32 (and 16-bit floats), ``exp``, ``1.0`` and ``dcs_max<double>`` on float64; a float function of
+  an int computes in double, as NumPy's.
+- Integer max, min, abs and sign keep every bit (``dcs_max<long long>``, ``dcs_iabs``); the rounding ops
+  are the value itself, ``fmod`` is C's ``%`` and ``pow`` goes through double.
 
 ``mod`` and ``floordiv`` follow NumPy (the divisor's sign, the floor) through helpers a kernel defines
 when it calls them (``HELPER_SOURCES``; C's ``%`` takes the dividend's sign and is no float operator).
@@ -14,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from codegen.program.expr_print import INFIX_TEMPLATES, ExprPrinter
+from codegen.program.expr_print import INFIX_TEMPLATES, ExprPrinter, compute_dtype, is_float
 from ir import dtypes
 from ir import expr as E
 
@@ -38,26 +44,58 @@ HELPER_SOURCES = {
                        "{T} r = fmod{F}(a, b); return r != 0 ? (((r < 0) != (b < 0)) ? r + b : r) : copysign{F}(({T})0, b);"),
     "dcs_floordiv": _helper("dcs_floordiv", "T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;",
                             "return floor{F}(a / b);"),
+    "dcs_iabs": "#ifndef DCS_IABS\n#define DCS_IABS\n"
+                "template <typename T> __device__ T dcs_iabs(T a) { return a < 0 ? -a : a; }\n#endif\n",
+    "dcs_isign": "#ifndef DCS_ISIGN\n#define DCS_ISIGN\n"
+                 "template <typename T> __device__ T dcs_isign(T a) { return (T)((a > 0) - (a < 0)); }\n#endif\n",
 }
+FLOAT_FORMS = {"float32": {"f": "f", "one": "1.0f", "zero": "0.0f", "T": "float"},
+               "float64": {"f": "", "one": "1.0", "zero": "0.0", "T": "double"}}
+"""A float function's suffix, 1, 0 and the C type, in the type an operation computes in."""
 
 
 class CudaExpr(ExprPrinter):
-    UNARY = {"neg": "(-{a})", "not": "(!{a})", "recip": "(1.0f / {a})", "abs": "fabsf({a})", "isnan": "isnan({a})",
-             "isinf": "isinf({a})", "round": "rintf({a})", "sign": "(copysignf(1.0f, {a}) * ({a} != 0.0f))"}
-    UNARY_FALLBACK = "{op}f({a})"
+    UNARY = {"neg": "(-{a})", "not": "(!{a})", "recip": "({one} / {a})", "abs": "fabs{f}({a})", "isnan": "isnan({a})",
+             "isinf": "isinf({a})", "round": "rint{f}({a})", "sign": "(copysign{f}({one}, {a}) * ({a} != {zero}))"}
+    UNARY_FALLBACK = "{op}{f}({a})"
+    INTEGER_UNARY = {"abs": "dcs_iabs({a})", "sign": "dcs_isign({a})", "floor": "({a})", "ceil": "({a})",
+                     "round": "({a})", "isnan": "false", "isinf": "false"}
     BINARY = {**INFIX_TEMPLATES, "floordiv": "dcs_floordiv({a}, {b})", "mod": "dcs_mod({a}, {b})",
-              "pow": "powf({a}, {b})", "max": "dcs_max<float>({a}, {b})", "min": "dcs_min<float>({a}, {b})",
-              "and": "({a} && {b})", "or": "({a} || {b})", "xor": "({a} != {b})", "fmod": "fmodf({a}, {b})"}
+              "pow": "pow{f}({a}, {b})", "max": "dcs_max<{T}>({a}, {b})", "min": "dcs_min<{T}>({a}, {b})",
+              "and": "({a} && {b})", "or": "({a} || {b})", "xor": "({a} != {b})", "fmod": "fmod{f}({a}, {b})"}
+    INTEGER_BINARY = {"pow": "(({T})pow((double)({a}), (double)({b})))", "fmod": "({a} % {b})"}
     HELPERS = {"floordiv": "dcs_floordiv", "mod": "dcs_mod"}
+    INTEGER_HELPERS = {"abs": "dcs_iabs", "sign": "dcs_isign"}
     # powf is about 170 instructions inlined, and x·x is correctly rounded where powf is within an ulp
-    POWERS = {"same": "({a})", "square": "dcs_sq({a})", "cube": "dcs_cube({a})", "sqrt": "sqrtf({a})",
-              "reciprocal": "(1.0f / {a})"}
+    POWERS = {"same": "({a})", "square": "dcs_sq({a})", "cube": "dcs_cube({a})", "sqrt": "sqrt{f}({a})",
+              "reciprocal": "({one} / {a})"}
     SELECT = "({cond} ? {a} : {b})"
+
+    def forms(self, e: E.Un | E.Bin) -> dict[str, str]:
+        """``FLOAT_FORMS`` of double where ``e`` or an operand is float64, else of float; ``T``: ``e``'s C type."""
+        types = {self.dtype(e), *(self.dtype(x) for x in E.children(e))}
+        return {**FLOAT_FORMS["float64" if "float64" in types else "float32"], "T": C_TYPES[self.dtype(e)]}
+
+    def unary(self, e: E.Un) -> str:
+        have = self.dtype(e.a)
+        if not is_float(have) and e.op in self.INTEGER_UNARY:        # ints keep their bits
+            if e.op in self.INTEGER_HELPERS:
+                self.helpers.add(self.INTEGER_HELPERS[e.op])
+            return self.INTEGER_UNARY[e.op].format(a=self.emit(e.a))
+        if is_float(self.dtype(e)) and not is_float(have):           # a float function of an int: in double
+            return super().unary(E.Un(e.op, E.Cast(e.a, "float64")))
+        return super().unary(e)
+
+    def binary(self, e: E.Bin) -> str:
+        if e.op in self.INTEGER_BINARY and not is_float(want := self.dtype(e)):
+            return self.INTEGER_BINARY[e.op].format(a=self.emit(e.a), b=self.emit(e.b), T=C_TYPES[want])
+        return super().binary(e)
 
     def var(self, name: str) -> str:
         return self.names.get(name, name)
 
     def literal(self, value, dtype: str) -> str:
+        dtype = compute_dtype(dtype)
         if dtype == "bool":
             return "true" if value else "false"
         if dtype in dtypes.FLOAT_TYPES:
@@ -73,7 +111,11 @@ class CudaExpr(ExprPrinter):
         return f"(({C_TYPES.get(e.dtype, 'float')})({self.emit(e.a)}))"
 
     def power_applies(self, e: E.Bin) -> bool:
-        return e.b.dtype in dtypes.FLOAT_TYPES
+        return is_float(self.dtype(e))
+
+    def power_operands(self, e: E.Bin) -> dict[str, str]:
+        want, a = self.dtype(e), self.emit(e.a)
+        return {"a": a if self.dtype(e.a) == want else f"(({C_TYPES[want]})({a}))"}
 
 
 class CudaIndex(CudaExpr):
@@ -82,10 +124,14 @@ class CudaIndex(CudaExpr):
     BINARY = {**CudaExpr.BINARY, "floordiv": "({a} / {b})", "mod": "({a} % {b})"}
     HELPERS = {}
 
+    def dtype(self, e: E.Expr) -> str:
+        return "int64"
 
-def to_cuda(e: E.Expr, names: Mapping[str, str] | None = None, helpers: set[str] | None = None) -> str:
+
+def to_cuda(e: E.Expr, names: Mapping[str, str] | None = None, helpers: set[str] | None = None,
+            types: Mapping[str, str] | None = None) -> str:
     """CUDA C source for ``e`` (see the module docstring); the helpers it calls are added to ``helpers``."""
-    printer = CudaExpr(names or {})
+    printer = CudaExpr({**{v: "float32" for v in E.free_vars(e)}, **(types or {})}, names or {})
     text = printer.emit(e)
     if helpers is not None:
         helpers |= printer.helpers
@@ -94,4 +140,4 @@ def to_cuda(e: E.Expr, names: Mapping[str, str] | None = None, helpers: set[str]
 
 def index_to_cuda(e: E.Expr, names: Mapping[str, str]) -> str:
     """CUDA C source for index expression ``e``."""
-    return CudaIndex(names).emit(e)
+    return CudaIndex({}, names).emit(e)

@@ -9,8 +9,8 @@ kernels by ``reductions``; everything else by ``points_kernel`` here:
   trip counts, then the stops of nested loops); nested maps are loops inside the
   thread, locals registers, statements run in body order — the same point-by-point
   semantics as the numba loop nest (``loopnest.check_loop_safe`` refuses the rest).
-- Expressions print with ``c_expr.to_cuda`` (float32 math: ``expf``, ``tanhf``, ``erff``);
-  connector names map to loads, so half/bfloat16 storage loads through
+- Expressions print with ``c_expr.to_cuda``, each operation in its own type (``expf`` on float,
+  ``exp`` on double); connector names map to loads, so half/bfloat16 storage loads through
   ``__half2float``/``__bfloat162float`` and stores through ``__float2half_rn``/
   ``__float2bfloat16_rn``: all arithmetic and every accumulation is float32.
 - A wcr write whose index does not hold every thread parameter is shared between
@@ -36,6 +36,7 @@ from typing import Callable
 from codegen.cupy_cuda.c_expr import C_TYPES, HELPER_SOURCES, index_to_cuda, to_cuda
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
 from codegen.cupy_cuda.reduction_pattern import WCR_OP
+from codegen.program.expr_print import compute_dtype
 from codegen.program.kernel import UnsupportedMap, kernel_name, output_init
 from codegen.program.walk import Dialect, KernelWalk
 from ir import dtypes
@@ -47,7 +48,6 @@ from ir.nodes import MapNode, Tasklet
 
 LOAD = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
 STORE = {"float16": "__float2half_rn((float)({}))", "bfloat16": "__float2bfloat16_rn((float)({}))"}
-COMPUTE = {"float16": "float32", "bfloat16": "float32"}
 PRELUDE = """#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #define DCS_INF __int_as_float(0x7f800000)
@@ -118,7 +118,7 @@ class _Cuda(KernelWalk):
 
     def local(self, loc: str, dtype: str, wcr: str | None) -> tuple[str, str]:
         """``t<k>`` in float32 for 16-bit floats (every accumulation is float32), else ``dtype``."""
-        dt = COMPUTE.get(dtype, dtype)
+        dt = compute_dtype(dtype)
         if dt not in C_TYPES:
             raise UnsupportedMap(f"local '{loc}' has dtype {dtype}")
         return f"t{len(self.locals)}", dt
@@ -198,15 +198,17 @@ def _thread_params(k: _Cuda) -> None:
 
 def _value(k: _Cuda, t: Tasklet, held: Callable[[Memlet], str | None] = lambda mem: None) -> str:
     """The tasklet's expression in CUDA C: an input ``held`` names (a register) read from there, a local
-    by its name, the rest loaded (``loaded``)."""
-    names = {}
+    by its name, the rest loaded (``loaded``); each typed as the kernel computes with it."""
+    names, types = {}, {}
     for conn, mem in t.inputs.items():
-        if (register := held(mem)) is not None:
-            names[conn] = register
+        register = held(mem)
+        if register is None and mem.container in k.locals:
+            names[conn], types[conn] = k.locals[mem.container]
         else:
-            names[conn] = k.locals[mem.container][0] if mem.container in k.locals else loaded(k, mem)
+            names[conn], types[conn] = register or loaded(k, mem), compute_dtype(k.dtype(mem.container))
     names.update(k.params)
-    return to_cuda(t.expr, names, k.helpers)
+    types.update(dict.fromkeys(k.params, "int64"))
+    return to_cuda(t.expr, names, k.helpers, types)
 
 
 def loaded(k: _Cuda, mem: Memlet) -> str:

@@ -45,11 +45,12 @@ exported launcher uses: grid from the extents, block shape, static shared bytes.
 """
 from __future__ import annotations
 
-from codegen.cupy_cuda.cuda_source import C_TYPES, COMPUTE, LOAD, STORE, _Cuda, _store, _value, finish
+from codegen.cupy_cuda.cuda_source import C_TYPES, LOAD, STORE, _Cuda, _store, _value, finish
 from codegen.cupy_cuda.launch import CudaKernel, launch
 from codegen.cupy_cuda.reduction_pattern import WARP, WCR_OP, Plan, Target, plan_for
 from codegen.cupy_cuda.row_cache import RowCache, positions, thread_stride
 from codegen.cupy_cuda.split_blocks import ColumnSplit, RowSplit
+from codegen.program.expr_print import compute_dtype
 from codegen.program.kernel import UnsupportedMap
 from ir import dtypes
 from ir.graph import Graph
@@ -225,7 +226,7 @@ def _strided(k: _Cuda, plan: Plan, n: MapNode, targets: tuple[Target, ...], slot
 
 def _partial_type(k: _Cuda, tg: Target) -> str:
     dt = k.locals[tg.container][1] if tg.is_local else k.dtype(tg.container)
-    dt = COMPUTE.get(dt, dt)
+    dt = compute_dtype(dt)
     if dt not in SHUFFLE_TYPES:
         raise UnsupportedMap(f"reduction into '{tg.container}' of type {dt}: block reductions take {SHUFFLE_TYPES}")
     return dt

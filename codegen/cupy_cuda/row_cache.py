@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 
-from codegen.cupy_cuda.cuda_source import C_TYPES, COMPUTE, _Cuda, _value, loaded
+from codegen.cupy_cuda.cuda_source import C_TYPES, _Cuda, _value, loaded
 from codegen.cupy_cuda.reduction_pattern import WARP, Plan, pow2floor
+from codegen.program.expr_print import compute_dtype
 from ir import expr as E
 from ir.maps import param_counts, trip_count
 from ir.memlet import Memlet, Range
@@ -102,7 +103,7 @@ class RowCache:
         for key in sorted(shared, key=lambda key: (uses[key][0], key)) + later:
             arrays[key] = f"c{len(arrays)}"
             first[key] = 0 if key in later else uses[key][0]
-        cache = cls(steps, arrays, first, nested, {key: COMPUTE.get(dt, dt) for key, dt in dtypes.items()})
+        cache = cls(steps, arrays, first, nested, {key: compute_dtype(dt) for key, dt in dtypes.items()})
         cache.prefetched = {key: nested[uses[key][0]] for key in later}
         cache.counts, cache.total = counts[0], total
         if plan.kind == "rows":
@@ -121,7 +122,7 @@ class RowCache:
                 if key is None or out.wcr != "sum" or out.container in k.locals or owned_by_row(k, out):
                     continue
                 if key not in self.sums:
-                    self.sums[key] = (f"g{len(self.sums)}", COMPUTE.get(k.dtype(out.container), k.dtype(out.container)))
+                    self.sums[key] = (f"g{len(self.sums)}", compute_dtype(k.dtype(out.container)))
         rows = trip_count(k.m.params, k.graph.bindings)
         if self.sums:
             self.rows = max(1, min(ROWS_PER_SUMMING_BLOCK, pow2floor(max(1, rows // MIN_SUMMING_BLOCKS))))

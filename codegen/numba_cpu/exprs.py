@@ -4,8 +4,8 @@
 following the reference semantics (``ir.expr.evaluate`` on NumPy arrays, every value
 strongly typed):
 
-- types are inferred bottom-up (``dtype``) with NumPy's promotion of the operand
-  dtypes; constants print in their own dtype (``np.float32(0.5)``), so float32 code
+- types are inferred bottom-up (``dtype``, the shared walk's) with NumPy's promotion of the
+  operand dtypes; constants print in their own dtype (``np.float32(0.5)``), so float32 code
   stays float32 — a bare ``0.5`` would promote it to float64 in numba;
 - exp/tanh/erf on float32 become the vectorizable ``fastmath`` forms, and GELU's erf form
   ``(0.5·x)·(1 + erf(x·√½))`` one ``fast_gelu(x)`` (``gelu_operand``); they take the kernel's
@@ -23,24 +23,18 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-import numpy as np
-
 from codegen.numba_cpu import halfbits
 from codegen.numba_cpu.fastmath import FAST_FUNCTIONS
-from codegen.program.expr_print import INFIX_TEMPLATES, ExprPrinter, UnsupportedExpr
-from ir import dtypes
+from codegen.program.expr_print import (INFIX_TEMPLATES, NUMERIC, ExprPrinter, UnsupportedExpr, compute_dtype,
+                                        is_float)
 from ir import expr as E
 
-_BOOL_UNARY = frozenset({"not", "isnan", "isinf"})
-_SAME_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round"})
-_BOOL_BINARY = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"})
 _TYPE_FREE = frozenset({"add", "sub", "mul", "eq", "ne", "lt", "le", "gt", "ge"})   # print whatever the types
 _LOGICAL = (("and", "&"), ("or", "|"), ("xor", "^"))
 _NP_UNARY = {"floor": "np.floor", "ceil": "np.ceil", "sign": "np.sign", "round": "np.rint",
              "isnan": "np.isnan", "isinf": "np.isinf", "sqrt": "np.sqrt", "log1p": "np.log1p",
              "expm1": "np.expm1", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
              "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh"}
-NUMERIC = frozenset(dtypes.NUMERIC_TYPES)
 
 INTEGER_SOURCES = {
     "_idiv": "def _idiv(a, b):\n    q = a // b\n    return q + 1 if q < 0 and q * b != a else q\n",
@@ -56,18 +50,6 @@ COMBINE_SOURCES = {
 """Max and min, NaN-propagating as ``np.maximum``/``np.minimum`` (numba's ``max`` drops a NaN, as C's ``fmax``
 does): the CUDA prelude's ``dcs_max``/``dcs_min``. A combine passes the accumulator as ``a``: testing the new
 value for NaN, not the accumulator, keeps a row-max loop 1.15x the time of ``max`` (1.9x the other way)."""
-
-
-def promote(a: str, b: str) -> str:
-    """NumPy's result dtype of two strongly typed operands (none for bfloat16 with float16 or an int)."""
-    try:
-        return np.result_type(dtypes.to_numpy(a), dtypes.to_numpy(b)).name
-    except TypeError:
-        raise UnsupportedExpr(f"no common dtype of {a} and {b}; cast one operand first") from None
-
-
-def is_float(dt: str) -> bool:
-    return dt in dtypes.FLOAT_TYPES and dt in NUMERIC
 
 
 def literal(value, dt: str) -> str:
@@ -123,8 +105,7 @@ class NumbaExpr(ExprPrinter):
 
     def __init__(self, types: Mapping[str, str], names: Mapping[str, str], fast: bool = True,
                  zero: str | None = None) -> None:
-        super().__init__(names)
-        self.types = types
+        super().__init__(types, names)
         self.fast = fast
         self.zero = zero          # the kernel's opaque float32 zero, passed to fastmath forms
 
@@ -132,29 +113,8 @@ class NumbaExpr(ExprPrinter):
         self.helpers.add(helper)
         return f"{helper}({arg}, {self.zero})" if self.zero else f"{helper}({arg})"
 
-    def dtype(self, e: E.Expr) -> str:
-        if isinstance(e, E.Const):
-            return "float32" if e.dtype in halfbits.LOAD else e.dtype     # 16-bit floats compute in float32
-        if isinstance(e, E.Var):
-            try:
-                return self.types[e.name]
-            except KeyError:
-                raise UnsupportedExpr(f"unbound name {e.name!r} in a tasklet") from None
-        if isinstance(e, E.Cast):
-            return e.dtype
-        if isinstance(e, E.Un):
-            a = self.dtype(e.a)
-            if e.op in _BOOL_UNARY:
-                return "bool"
-            if e.op in _SAME_UNARY or is_float(a):
-                return a
-            return "float64"
-        if isinstance(e, E.Bin) and e.op in _BOOL_BINARY:
-            return "bool"
-        return promote(self.dtype(e.a), self.dtype(e.b))
-
     def literal(self, value, dtype: str) -> str:
-        return literal(value, "float32" if dtype in halfbits.LOAD else dtype)
+        return literal(value, compute_dtype(dtype))
 
     def convert(self, e: E.Cast) -> str:
         return self.cast(self.emit(e.a), self.dtype(e.a), e.dtype)
@@ -178,6 +138,8 @@ class NumbaExpr(ExprPrinter):
 
     def unary(self, e: E.Un) -> str:
         dt = self.dtype(e.a)
+        if e.op in ("floor", "ceil", "round") and not is_float(dt):     # np.rint of an int64 goes through float64
+            return self.emit(e.a)
         if e.op == "recip":
             return f"({literal(1.0, dt if is_float(dt) else 'float64')} / {self.emit(e.a)})"
         if self.fast and dt == "float32" and e.op in FAST_FUNCTIONS:

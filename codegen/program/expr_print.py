@@ -10,25 +10,55 @@ tables of templates over the printed operands ``{a}`` and ``{b}``:
   calls, collected in ``helpers`` for the kernel module to define;
 
 and hooks where the text depends on more than the op: ``literal``, ``convert`` (a ``Cast``),
-``power_applies`` and ``power_operands``. The numba printer overrides ``unary``/``binary`` for the
-forms it takes first (typed fast math, integer division, logical ops on booleans).
+``power_applies``, ``power_operands`` and ``forms`` (template fields from the operation's types).
+The numba printer overrides ``unary``/``binary`` for the forms it takes first (typed fast math,
+integer division, logical ops on booleans), the CUDA printer to pick its forms by type (``expf`` on
+float, ``exp`` on double, integer max without a float).
+
+Types are inferred bottom-up (``dtype``) from the ``types`` of the ``Var``s, with NumPy's promotion of
+the operand dtypes; 16-bit floats compute in float32 (``compute_dtype``), as both backends load them.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Mapping
 
+import numpy as np
+
+from ir import dtypes
 from ir import expr as E
 
 INFIX_TEMPLATES = {op: f"({{a}} {symbol} {{b}})" for op, symbol in E.INFIX.items()}
+BOOL_UNARY = frozenset({"not", "isnan", "isinf"})
+SAME_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round"})
+BOOL_BINARY = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"})
+NUMERIC = frozenset(dtypes.NUMERIC_TYPES)
 
 
 class UnsupportedExpr(ValueError):
     """An expression a kernel printer cannot type or print."""
 
 
+def compute_dtype(dt: str) -> str:
+    """The type a kernel computes a ``dt`` value in: 16-bit floats widen to float32."""
+    return "float32" if dt in dtypes.HALF_FLOATS else dt
+
+
+def promote(a: str, b: str) -> str:
+    """NumPy's result dtype of two strongly typed operands (none for bfloat16 with float16 or an int)."""
+    try:
+        return np.result_type(dtypes.to_numpy(a), dtypes.to_numpy(b)).name
+    except TypeError:
+        raise UnsupportedExpr(f"no common dtype of {a} and {b}; cast one operand first") from None
+
+
+def is_float(dt: str) -> bool:
+    return dt in dtypes.FLOAT_TYPES and dt in NUMERIC
+
+
 class ExprPrinter(ABC):
-    """Prints expressions whose ``Var``s are named by ``names`` (see the module docstring)."""
+    """Prints expressions whose ``Var``s are typed by ``types`` and named by ``names`` (see the module
+    docstring)."""
 
     UNARY: Mapping[str, str] = {}
     UNARY_FALLBACK: str
@@ -37,9 +67,30 @@ class ExprPrinter(ABC):
     SELECT: str
     HELPERS: Mapping[str, str] = {}
 
-    def __init__(self, names: Mapping[str, str]) -> None:
+    def __init__(self, types: Mapping[str, str], names: Mapping[str, str]) -> None:
+        self.types = types
         self.names = names
         self.helpers: set[str] = set()
+
+    def dtype(self, e: E.Expr) -> str:
+        """The dtype ``e`` computes in (NumPy's rules; float functions of an int give float64)."""
+        if isinstance(e, E.Const):
+            return compute_dtype(e.dtype)
+        if isinstance(e, E.Var):
+            try:
+                return self.types[e.name]
+            except KeyError:
+                raise UnsupportedExpr(f"unbound name {e.name!r} in a tasklet") from None
+        if isinstance(e, E.Cast):
+            return e.dtype
+        if isinstance(e, E.Un):
+            a = self.dtype(e.a)
+            if e.op in BOOL_UNARY:
+                return "bool"
+            return a if e.op in SAME_UNARY or is_float(a) else "float64"
+        if isinstance(e, E.Bin) and e.op in BOOL_BINARY:
+            return "bool"
+        return promote(self.dtype(e.a), self.dtype(e.b))
 
     def emit(self, e: E.Expr) -> str:
         if isinstance(e, E.Var):
@@ -57,26 +108,30 @@ class ExprPrinter(ABC):
     def var(self, name: str) -> str:
         return self.names[name]
 
-    def template(self, table: Mapping[str, str], op: str, **operands: str) -> str:
-        if op in self.HELPERS:
-            self.helpers.add(self.HELPERS[op])
-        return table[op].format(**operands)
+    def forms(self, e: E.Un | E.Bin) -> Mapping[str, str]:
+        """Fields of ``e``'s templates beyond its operands, from its types (CUDA: ``expf`` or ``exp``)."""
+        return {}
+
+    def template(self, table: Mapping[str, str], e: E.Un | E.Bin, **operands: str) -> str:
+        if e.op in self.HELPERS:
+            self.helpers.add(self.HELPERS[e.op])
+        return table[e.op].format(**operands, **self.forms(e))
 
     def unary(self, e: E.Un) -> str:
         a = self.emit(e.a)
         if e.op in self.UNARY:
-            return self.template(self.UNARY, e.op, a=a)
+            return self.template(self.UNARY, e, a=a)
         if e.op in E.UNARY_OPS:
-            return self.UNARY_FALLBACK.format(op=e.op, a=a)
+            return self.UNARY_FALLBACK.format(op=e.op, a=a, **self.forms(e))
         raise UnsupportedExpr(f"unary op {e.op!r}")
 
     def binary(self, e: E.Bin) -> str:
         if e.op == "pow" and isinstance(e.b, E.Const) and float(e.b.value) in E.POWERS and self.power_applies(e):
-            return self.POWERS[E.POWERS[float(e.b.value)]].format(**self.power_operands(e))
+            return self.POWERS[E.POWERS[float(e.b.value)]].format(**self.power_operands(e), **self.forms(e))
         a, b = self.emit(e.a), self.emit(e.b)
         if e.op not in self.BINARY:
             raise UnsupportedExpr(f"binary op {e.op!r}")
-        return self.template(self.BINARY, e.op, a=a, b=b)
+        return self.template(self.BINARY, e, a=a, b=b)
 
     @abstractmethod
     def literal(self, value, dtype: str) -> str:

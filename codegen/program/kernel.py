@@ -26,12 +26,10 @@ import re
 from dataclasses import dataclass, field
 
 from ir import expr as E
+from ir.dtypes import HALF_FLOATS
 from ir.graph import Graph
 from ir.memlet import Memlet, Wcr
 from ir.nodes import MapNode, Tasklet
-
-HALF_FLOATS = frozenset({"float16", "bfloat16"})
-"""Stored as uint16 bits by every backend's program (``storage_dtype``)."""
 
 
 class UnsupportedMap(ValueError):

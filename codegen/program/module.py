@@ -39,7 +39,6 @@ from __future__ import annotations
 import re
 
 from codegen.program.buffers import Plan
-from codegen.program.kernel import HALF_FLOATS
 from codegen.program.namespace import comment, literal
 from codegen.program.program import Alloc, Program
 from codegen.program.statement import Statement
@@ -48,6 +47,7 @@ from codegen.program.schedule import Schedule
 from codegen.program.training import training_table
 from codegen.program.wrap import WIDTH, wrap_text
 from ir import memory
+from ir.dtypes import HALF_FLOATS
 from ir.memlet import Wcr
 
 EXPORT_IMPORTS = """import os

@@ -139,6 +139,22 @@ def test_cuda_printer_uses_float_functions():
     assert to_cuda(E.Bin("pow", x, E.Var("y"))) == "powf(x, y)"
 
 
+def test_cuda_printer_computes_float64_in_double_and_ints_in_their_type():
+    x, n = E.Var("x"), E.Var("n")
+    f64 = {"x": "float64", "y": "float64", "n": "int64"}
+    assert to_cuda(E.Un("neg", E.Un("exp", x)), types=f64) == "(-exp(x))"
+    assert to_cuda(E.Un("sign", x), types=f64) == "(copysign(1.0, x) * (x != 0.0))"
+    assert to_cuda(E.Bin("max", x, E.Var("y")), types=f64) == "dcs_max<double>(x, y)"
+    assert to_cuda(E.Bin("pow", x, E.Const(0.5, "float64")), types=f64) == "sqrt(x)"
+    assert to_cuda(E.Bin("pow", x, E.Const(-1.0, "float64")), types=f64) == "(1.0 / x)"
+    assert to_cuda(E.Bin("max", n, E.Const(3, "int64")), types=f64) == "dcs_max<long long>(n, 3)"
+    helpers: set[str] = set()
+    assert to_cuda(E.Un("abs", n), types=f64, helpers=helpers) == "dcs_iabs(n)" and helpers == {"dcs_iabs"}
+    assert to_cuda(E.Un("exp", n), types=f64) == "exp(((double)(n)))"         # NumPy: a float function of an int
+    assert to_cuda(E.Bin("mul", x, E.c(0.5)), types=f64) == "(x * 0.5f)"    # a float32 constant keeps its type
+    assert to_cuda(E.Un("isnan", n), types=f64) == "false"
+
+
 def test_kernels_print_the_expression_trees_with_to_cuda():
     g = _tiny_graph()
     erf = g.nodes["erf/expanded"]

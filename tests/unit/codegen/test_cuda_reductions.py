@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from codegen.cupy_cuda import reduction_pattern as RP
 from codegen.cupy_cuda.cuda_source import PRELUDE
@@ -233,10 +233,11 @@ def test_static_shared_memory_in_ptx_matches_the_record(recipe):
 
 # --- (c, d) running the kernels: host emulation here, the device where there is one ----------------
 
-def _graph(op: str, shape: list[int], out_shape: list[int], *, domain: str = "", extra=(), inits=(), **attrs):
-    inputs = [vi("x", shape)] + [vi(n, s) for n, s in extra]
+def _graph(op: str, shape: list[int], out_shape: list[int], *, domain: str = "", extra=(), inits=(),
+           dt=TensorProto.FLOAT, **attrs):
+    inputs = [vi("x", shape, dt)] + [vi(n, s, dt) for n, s in extra]
     node = helper.make_node(op, ["x"] + [n for n, _ in extra] + [i.name for i in inits], ["y"], domain=domain, **attrs)
-    g = helper.make_graph([node], op, inputs, [vi("y", out_shape)], list(inits))
+    g = helper.make_graph([node], op, inputs, [vi("y", out_shape, dt)], list(inits))
     opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
     return lower_for_codegen(import_proto(helper.make_model(g, opset_imports=opsets)))
 
@@ -334,6 +335,32 @@ def test_block_kernels_compute_the_reference_in_host_emulation(emulator, tmp_pat
         assert ks.launch.grid == COLUMN_SPLIT[name] * int(np.prod(lead, dtype=np.int64)) * -(-cols // 32)
     # twice in one process: a split's block counts must be back at zero for the next launch
     _assert_close(cuda_emulation.emulate(ks, arrays, tmp_path, launches=2 if split else 1), want, 2e-6)
+
+
+FLOAT64_CASES = {
+    "softmax_rows": lambda: _graph("Softmax", [2, 3, 200], [2, 3, 200], axis=-1, dt=TensorProto.DOUBLE),
+    "layernorm_rows": lambda: _graph("LayerNormalization", [6, 300], [6, 300], extra=[("s", [300]), ("b", [300])],
+                                     axis=-1, dt=TensorProto.DOUBLE),
+    "mean_all_split": lambda: _graph("ReduceMean", [2, 300, 128], [], axes=[0, 1, 2], keepdims=0,
+                                     dt=TensorProto.DOUBLE),
+    "column_max_lead_split": lambda: _graph("ReduceMax", [3, 700, 9], [3, 9], axes=[1], keepdims=0,
+                                            dt=TensorProto.DOUBLE),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_CASES))
+def test_float64_block_kernels_compute_in_double_in_host_emulation(emulator, tmp_path, name):
+    """A float64 model's block kernels keep float64 (their exp was ``expf``, 1e-8 off): within 64 float64 units."""
+    g = FLOAT64_CASES[name]()
+    [m] = [m for m in g.nodes.values() if isinstance(m, MapNode) and RP.plan_for(m, g)]
+    ks = kernel_source(m, g)
+    assert ks.launch.kind == CASES[name][1] and set(ks.storage.values()) == {"float64"}
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(g.containers[n].concrete_shape(g.bindings)) for n in g.inputs}
+    values = run(g, feeds, outputs=list(ks.arrays))
+    split = name in SPLIT or name in COLUMN_SPLIT
+    got = cuda_emulation.emulate(ks, _launch_arrays(ks, values), tmp_path, launches=2 if split else 1)
+    _assert_close(got, {c: values[c] for c in ks.outputs}, 64 * float(np.finfo(np.float64).eps))
 
 
 HALF_WARP_CASES = {
