@@ -112,10 +112,9 @@ def _short(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
     text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
     text = re.sub(r"\S+\.(cc|h):\d+ [^()]*\([^()]*\) ", "", text)
-    for marker in ("is not a registered function/op", "Could not find an implementation"):
-        if marker in text:
-            start = max(text.rfind(" ", 0, text.find(marker) - 1), 0)
-            return text[start:text.find(marker) + len(marker)].strip()
+    marker = "is not a registered function/op"      # the op's name is the word before it
+    if (at := text.find(marker)) > 0:
+        return text[text.rfind(" ", 0, at - 1) + 1:at + len(marker)]
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 

@@ -96,6 +96,16 @@ def test_training_artifacts_fall_back_to_the_reference_executor(fixtures_dir):
     assert o.run_and_check(g).ok
 
 
+def test_why_onnxruntime_cannot_load_a_model_is_said():
+    """onnxruntime has no float64 Erf: the note said "onnxruntime cannot load the model ()"."""
+    from codegen.oracle_baseline import _short
+    said = _short("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Erf(13) node "
+                  "with name '/Erf'")
+    assert said == "Could not find an implementation for Erf(13) node with name '/Erf'"
+    assert _short("[ONNXRuntimeError] : 1 : FAIL : Load model failed. com.microsoft:Foo(-1) is not a registered "
+                  "function/op") == "com.microsoft:Foo(-1) is not a registered function/op"
+
+
 JOINT = ["mlp_joint_adamw", "tiny_resnet_joint", "bert_layer_small_joint"]
 
 
