@@ -15,6 +15,11 @@ or revert, ``refresh`` greys the table, the roofline and the time heatmap with
 calibration recorded heavy load) measures the peaks again as a task and judges the last
 profile's measurements against them (``TimingReport.with_peaks``).
 
+*Inputs* (the dock's menu) reads an .npz of the user's weights and data as a task
+(``session.exporting.read_inputs``: names, shapes and dtypes checked, the file named in any refusal);
+from then on every profile, A/B and Compare timing runs on those arrays over the deterministic feeds,
+until *Time on deterministic feeds* or another session.
+
 "Profile selection" profiles a cutout (``codegen.timing.cutout``): the task runs the part of the
 NumPy reference step the selection depends on, recording what the selected kernels read (progress
 and Cancel as it goes; values recorded for an earlier selection of the same graph version are not made
@@ -34,15 +39,31 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog
 from ir.errors import StudioError
 from studio.gui.jobs import Cancelled
 from studio.gui.timings import TimingReport, describe_ab, human_seconds
+from studio.text import human_bytes
 
 WARMUP = 2
 
 
-def _profile_work(session, graph, reps: int, threads: int | None, only, token, progress):
+def _feeds(graph, given: dict | None) -> dict | None:
+    """The deterministic feeds with the user's arrays over them (None without any: the session's default)."""
+    if given is None:
+        return None
+    from codegen.numpy_ref.feeds import feeds_for
+    return {**feeds_for(graph), **{k: v for k, v in given.items() if k in graph.inputs}}
+
+
+def _inputs_work(graph, path: str, token, progress):
+    from studio.session.exporting import read_inputs
+    progress(0, 0, f"reading {Path(path).name}…")
+    return read_inputs(graph, path, label="inputs file")
+
+
+def _profile_work(session, graph, reps: int, threads: int | None, only, given, token, progress):
     from codegen.timing.profiler import ProfileCancelled
     progress(0, 0, "profiling: calibrating peaks, compiling kernels…")
     try:
         return session.profile(only, reps=reps, warmup=min(WARMUP, reps), threads=threads, graph=graph,
+                               feeds=_feeds(graph, given),
                                on_progress=lambda d, t: progress(d, t, f"profiling: {d}/{t} kernel runs"),
                                cancel=lambda: token.cancelled,
                                on_record=lambda d, t: progress(d, t, f"profiling: recording the selection's inputs, "
@@ -53,19 +74,20 @@ def _profile_work(session, graph, reps: int, threads: int | None, only, token, p
         raise StudioError(f"profiling failed: {e}") from e
 
 
-def _ab_work(session, graphs: tuple, steps: tuple[int, int], reps: int, threads: int | None, token, progress):
+def _ab_work(session, graphs: tuple, steps: tuple[int, int], reps: int, threads: int | None, given, token,
+             progress):
     from codegen.timing.profiler import ProfileCancelled
     progress(0, 0, f"A/B: step {steps[0]} against step {steps[1]}…")
     try:
         return session.ab(graphs[0], graphs[1], reps=reps, warmup=min(WARMUP, reps), threads=threads,
-                          cancel=lambda: token.cancelled)
+                          cancel=lambda: token.cancelled, feeds=_feeds(graphs[0], given))
     except ProfileCancelled:
         raise Cancelled("the A/B comparison was cancelled") from None
     except (RuntimeError, OSError) as e:
         raise StudioError(f"the A/B comparison failed: {e}") from e
 
 
-def _measure_work(session, graphs: list, reps: int, threads: int | None, token, progress):
+def _measure_work(session, graphs: list, reps: int, threads: int | None, given, token, progress):
     """Profile every kernel of each ``(step, graph)`` in turn; [(graph, TimingReport)]."""
     from codegen.timing.profiler import ProfileCancelled
     out = []
@@ -74,8 +96,8 @@ def _measure_work(session, graphs: list, reps: int, threads: int | None, token, 
         progress(0, 0, f"{head}: compiling kernels…")
         try:
             prof = session.profile(None, reps=reps, warmup=min(WARMUP, reps), threads=threads, graph=graph,
-                                   on_progress=lambda d, t: progress(d, t, f"{head}: {d}/{t} kernel runs"),
-                                   cancel=lambda: token.cancelled)
+                                   feeds=_feeds(graph, given), cancel=lambda: token.cancelled,
+                                   on_progress=lambda d, t: progress(d, t, f"{head}: {d}/{t} kernel runs"))
         except ProfileCancelled:
             raise Cancelled("timing the compared steps was cancelled") from None
         except (RuntimeError, OSError) as e:
@@ -106,6 +128,7 @@ class QtProfiling(QObject):
         self.report: TimingReport | None = None
         self.measured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.ab = None                            # the last ABResult
+        self.given: dict | None = None            # the user's arrays the timings run on (None: deterministic)
         self.task = None
         d = self.dock
         d.profileAllRequested.connect(self.profile_all)
@@ -114,6 +137,8 @@ class QtProfiling(QObject):
         d.traceRequested.connect(self.choose_trace)
         d.cancelRequested.connect(self.cancel)
         d.recalibrateRequested.connect(self.recalibrate)
+        d.inputsRequested.connect(self.choose_inputs)
+        d.inputsCleared.connect(self.clear_inputs)
         d.set_report(None)
 
     # --- state ------------------------------------------------------------------------------
@@ -121,6 +146,7 @@ class QtProfiling(QObject):
         """A new session: forget the last results (a task for the old session is ignored when it ends)."""
         self.profile = self.report = self.ab = None
         self.measured = weakref.WeakKeyDictionary()
+        self.clear_inputs()
         self.dock.set_report(None)
         self.dock.set_ab("")
         self.w.view.set_heat_times({}, "no profile yet")
@@ -154,6 +180,43 @@ class QtProfiling(QObject):
             return None
         return self._profile(ids)
 
+    # --- inputs -----------------------------------------------------------------------------
+    def choose_inputs(self) -> None:
+        s = self.w.session
+        if s is None:
+            return self._no_session()
+        start = str(Path(s.model_path).parent) if s.model_path else ""
+        path, _ = QFileDialog.getOpenFileName(self.w, "Time on your inputs", start,
+                                              "NumPy arrays by input name (*.npz);;All files (*)")
+        if path:
+            self.set_inputs(path)
+
+    def set_inputs(self, path: str):
+        """Read ``path`` as a task; its arrays are what the timings run on once it is read (a file the graph
+        cannot take is refused, naming the file, the input and why; the inputs stay as they were)."""
+        s = self.w.session
+        if s is None:
+            return self._no_session()
+        task = self._start(f"Reading {Path(path).name}", functools.partial(_inputs_work, s.graph, path),
+                           {"path": path, "inputs": len(s.graph.inputs)})
+        if task is not None:
+            task.succeeded.connect(self._inputs_read)
+        return task
+
+    def _inputs_read(self, given: dict) -> None:
+        ctx = self.sender().context
+        if ctx["session"] is not self.w.session:
+            return
+        self.given = given
+        size = human_bytes(sum(v.nbytes for v in given.values()))
+        self.dock.set_inputs(f"inputs: {Path(ctx['path']).name}: {len(given)} of {ctx['inputs']} inputs "
+                             f"({size}), the others deterministic")
+        self.dock.status.set_text(f"the timings run on {ctx['path']} from now on")
+
+    def clear_inputs(self) -> None:
+        self.given = None
+        self.dock.set_inputs("")
+
     def _settings(self) -> tuple[int, int | None]:
         return self.dock.reps.value(), self.dock.threads.value() or None
 
@@ -181,7 +244,7 @@ class QtProfiling(QObject):
         reps, threads = self._settings()
         what = "all kernels" if only is None else f"{len(only)} selected kernels"
         task = self._start(f"Profiling {what} at step {s.cursor}",
-                           functools.partial(_profile_work, s, s.graph, reps, threads, only),
+                           functools.partial(_profile_work, s, s.graph, reps, threads, only, self.given),
                            {"graph": s.graph, "step": s.cursor, "only": only})
         if task is not None:
             task.succeeded.connect(self._profiled)
@@ -211,7 +274,7 @@ class QtProfiling(QObject):
             return None
         reps, threads = self._settings()
         task = self._start(f"Timing step{'s' if len(todo) > 1 else ''} {', '.join(str(k) for k, _ in todo)} "
-                           "for Compare", functools.partial(_measure_work, s, todo, reps, threads), {})
+                           "for Compare", functools.partial(_measure_work, s, todo, reps, threads, self.given), {})
         if task is not None:
             task.succeeded.connect(self._measured)
         return task
@@ -267,7 +330,7 @@ class QtProfiling(QObject):
             self.dock.status.set_text(e.summary)
             return None
         task = self._start(f"A/B: step {before} against step {s.cursor}",
-                           functools.partial(_ab_work, s, graphs, (before, s.cursor), reps, threads),
+                           functools.partial(_ab_work, s, graphs, (before, s.cursor), reps, threads, self.given),
                            {"before": before, "after": s.cursor})
         if task is not None:
             task.succeeded.connect(self._compared)

@@ -1,9 +1,10 @@
 """The Timings dock: profile buttons with progress and Cancel, the kernel table, the roofline.
 
-A bar of buttons ("Profile selection", "Profile all kernels", repetitions and threads,
-"Compare with step…", "Export Chrome trace…") emits requests that ``QtProfiling``
-carries out off the GUI thread; the progress bar and its Cancel button follow the
-running task. Under it: the machine line (threads, calibrated peaks), the coverage
+A bar of buttons ("Profile selection", "Profile all kernels", repetitions and threads, "Inputs"
+(a menu: your own weights and data from an .npz, or the deterministic feeds), "Compare with step…",
+"Export Chrome trace…") emits requests that ``QtProfiling`` carries out off the GUI thread; the
+progress bar and its Cancel button follow the running task. Under it: the inputs line, the machine
+line (threads, calibrated peaks), the coverage
 ("N of M kernels measured", the step's time, a stale note), the last A/B result, then
 the sortable table (``QtTimingModel``) beside the roofline (``QtRooflinePlot``). Table
 rows and roofline dots select kernels (``selectionChangedIds``); ``select_ids``
@@ -12,8 +13,8 @@ follows the graph view's selection, as the Data movement dock does.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QDockWidget, QHBoxLayout, QLabel, QProgressBar, QPushButton,
-                               QSpinBox, QSplitter, QTableView, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QDockWidget, QHBoxLayout, QLabel, QMenu, QProgressBar,
+                               QPushButton, QSpinBox, QSplitter, QTableView, QVBoxLayout, QWidget)
 
 from studio.gui.qt_kernel_tables import select_rows, selected_row_ids
 from studio.gui.qt_roofline import QtRooflinePlot
@@ -49,6 +50,8 @@ class QtTimingsDock(QDockWidget):
     traceRequested = Signal()
     cancelRequested = Signal()
     recalibrateRequested = Signal()
+    inputsRequested = Signal()
+    inputsCleared = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Timings", parent)
@@ -61,6 +64,8 @@ class QtTimingsDock(QDockWidget):
         self.status.setObjectName("timingsStatus")
         self.status.set_text("not profiled")
         self.machine = QtTextLine()
+        self.inputs_line = QtTextLine()
+        self.inputs_line.setObjectName("timingsInputs")
         self.coverage = QtTextLine(rich=True)
         self.ab_line = QtTextLine()
         self.ab_line.hide()
@@ -85,7 +90,8 @@ class QtTimingsDock(QDockWidget):
         col = QVBoxLayout()
         col.setContentsMargins(2, 2, 2, 2)
         col.addLayout(self._make_bar())
-        for w in (self.status, self.machine, self.coverage, self.trust_box, self.ab_line, self.table):
+        for w in (self.status, self.inputs_line, self.machine, self.coverage, self.trust_box, self.ab_line,
+                  self.table):
             col.addWidget(w)
         left = QWidget()
         left.setLayout(col)
@@ -97,6 +103,7 @@ class QtTimingsDock(QDockWidget):
         self.report: TimingReport | None = None
         self._syncing = False
         self.set_running(False)
+        self.set_inputs("")
         self.table.selectionModel().selectionChanged.connect(self._on_rows)
 
     def _make_table(self) -> QTableView:
@@ -126,13 +133,19 @@ class QtTimingsDock(QDockWidget):
         self.trace = _button("Export Chrome trace…", "exportTrace", "Write the last profile for Perfetto")
         self.reps = _spin(1, 1_000_000, 10, "Timed repetitions per kernel")
         self.threads = _spin(0, 256, 0, "Threads for the kernels (auto: the default)", "auto")
+        self.inputs = _button("Inputs", "timingInputs", "What the timings run on: your own weights and data "
+                                                        "(an .npz of arrays by input name), or deterministic feeds")
+        menu = QMenu(self.inputs)
+        self.choose_inputs = menu.addAction("Time on arrays from an .npz…", self.inputsRequested.emit)
+        self.clear_inputs = menu.addAction("Time on deterministic feeds", self.inputsCleared.emit)
+        self.inputs.setMenu(menu)
         for b, sig in ((self.profile_selection, self.profileSelectionRequested),
                        (self.profile_all, self.profileAllRequested), (self.compare, self.compareRequested),
                        (self.trace, self.traceRequested)):
             b.clicked.connect(sig)
         bar = QHBoxLayout()
         for w in (self.profile_selection, self.profile_all, QLabel("reps"), self.reps, QLabel("threads"),
-                  self.threads, self.compare, self.trace, self.progress, self.cancel_button):
+                  self.threads, self.inputs, self.compare, self.trace, self.progress, self.cancel_button):
             bar.addWidget(w)
         bar.addStretch(1)                                  # the status line has its own row: never cut
         return bar
@@ -140,7 +153,7 @@ class QtTimingsDock(QDockWidget):
     # --- running --------------------------------------------------------------------------
     def set_running(self, running: bool, text: str = "") -> None:
         """Busy state: buttons that start work are disabled, progress and Cancel shown."""
-        for b in (self.profile_selection, self.profile_all, self.compare, self.recalibrate):
+        for b in (self.profile_selection, self.profile_all, self.compare, self.recalibrate, self.inputs):
             b.setEnabled(not running)
         self.trace.setEnabled(not running and self.report is not None)
         self.progress.setVisible(running)
@@ -149,6 +162,12 @@ class QtTimingsDock(QDockWidget):
             self.progress.setRange(0, 0)
         if text:
             self.status.set_text(text)
+
+    def set_inputs(self, text: str) -> None:
+        """What the next timings run on (empty: the deterministic feeds)."""
+        self.inputs_line.set_text(text or "inputs: deterministic feeds (seeded; weights drawn as torch initializes "
+                                          "them)")
+        self.clear_inputs.setEnabled(bool(text))
 
     def set_progress(self, done: int, total: int, what: str = "") -> None:
         self.progress.setRange(0, max(total, 1))

@@ -435,15 +435,18 @@ class Session:
                              on_progress=on_progress, cancel=cancel, on_record=on_record, recording=recording)
 
     def ab(self, before: int | Graph, after: int | Graph | None = None, *, reps: int = 10, warmup: int = 2,
-           threads: int | None = None, cancel: Callable[[], bool] | None = None):
+           threads: int | None = None, cancel: Callable[[], bool] | None = None,
+           feeds: Mapping[str, Any] | None = None):
         """Paired A/B of whole steps: the graph after ``before`` steps against the one after
         ``after`` (default: the current graph); either may be given as the graph itself (a
-        worker passes the graphs it captured). ratio > 1 means ``after`` is faster."""
+        worker passes the graphs it captured). ratio > 1 means ``after`` is faster. Both run on
+        ``feeds`` (default: the deterministic ones)."""
         from codegen.numpy_ref.feeds import feeds_for
         from codegen.timing.profiler import ab_ratio
         a = before if isinstance(before, Graph) else self.graph_at(before)
         b = self.graph if after is None else after if isinstance(after, Graph) else self.graph_at(after)
-        return ab_ratio(a, b, feeds_for(a), reps=reps, warmup=warmup, threads=threads, cancel=cancel)
+        return ab_ratio(a, b, dict(feeds) if feeds is not None else feeds_for(a), reps=reps, warmup=warmup,
+                        threads=threads, cancel=cancel)
 
     def export(self, out_dir: str | os.PathLike, backend: str = "cpu", *,
                inputs: Mapping[str, Any] | None = None, parallel: bool = True, oracle=None):

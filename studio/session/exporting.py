@@ -7,30 +7,40 @@ from pathlib import Path
 
 import numpy as np
 
+from ir import dtypes
 from ir.errors import StudioError
 from ir.onnx_load import read_model
 
 
-def inputs_for(graph, path: str | None) -> dict[str, np.ndarray]:
-    """The deterministic feeds of ``graph``, with the arrays of ``--inputs`` file ``path`` (by input name) over
-    them: a user's weights and data, checked against the graph's inputs and their shapes."""
+def inputs_for(graph, path: str | None, label: str = "--inputs") -> dict[str, np.ndarray]:
+    """The deterministic feeds of ``graph``, with the arrays of inputs file ``path`` over them
+    (``read_inputs``)."""
     from codegen.numpy_ref.feeds import feeds_for
-    feeds = feeds_for(graph)
-    if path:
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                given = {k: data[k] for k in data.files}
-        except (OSError, ValueError) as e:
-            raise StudioError(f"--inputs {path}: cannot read ({type(e).__name__}: {e})") from None
-        unknown = sorted(set(given) - set(graph.inputs))
-        if unknown:
-            raise StudioError(f"--inputs {path}: {unknown[:5]} are not inputs of the graph")
-        wrong = [f"'{k}' has shape {v.shape}, the graph takes {feeds[k].shape}" for k, v in given.items()
-                 if k in feeds and v.shape != feeds[k].shape]
-        if wrong:
-            raise StudioError(f"--inputs {path}: {'; '.join(wrong[:3])}")
-        feeds.update(given)
-    return feeds
+    return {**feeds_for(graph), **(read_inputs(graph, path, label) if path else {})}
+
+
+def read_inputs(graph, path: str, label: str = "--inputs") -> dict[str, np.ndarray]:
+    """The arrays of inputs file ``path`` (by input name): a user's weights and data, checked against the
+    graph's inputs and their shapes, and converted to the input's dtype where that keeps their kind (float64
+    data for a float32 input; not floats for int token ids). Errors name ``label`` and the file."""
+    where = f"{label} {path}"
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            given = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise StudioError(f"{where}: cannot read ({type(e).__name__}: {e})") from None
+    unknown = sorted(set(given) - set(graph.inputs))
+    if unknown:
+        raise StudioError(f"{where}: {unknown[:5]} are not inputs of the graph")
+    wanted = {k: (graph.container(k).concrete_shape(graph.bindings), dtypes.to_numpy(graph.container(k).dtype))
+              for k in given}
+    wrong = [f"'{k}' has shape {v.shape}, the graph takes {wanted[k][0]}" for k, v in given.items()
+             if v.shape != tuple(wanted[k][0])]
+    wrong += [f"'{k}' is {v.dtype}, the graph takes {wanted[k][1]}" for k, v in given.items()
+              if not np.can_cast(v.dtype, wanted[k][1], "same_kind")]
+    if wrong:
+        raise StudioError(f"{where}: {'; '.join(wrong[:3])}")
+    return {k: v.astype(wanted[k][1], copy=False) for k, v in given.items()}
 
 
 def load_with_history(model: str, history: str | None, bind: list[str], *, original: bool = False,

@@ -14,6 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QTabBar
@@ -348,3 +349,34 @@ def test_compare_shows_measured_time_per_scope(qtbot, window):
     assert abs(sum(r.time_before for r in rows) - before.total_s) <= 1e-9 * max(1.0, before.total_s)
     assert all(x.endswith("×") for x in cells(col["time after / before"]) if x != NOT_TIMED)
     win.close()
+
+
+def test_timings_run_on_the_users_inputs_until_cleared(qtbot, window, tmp_path):
+    """The dock's Inputs menu: an .npz of the user's arrays is read as a task and every later profile runs on
+    it (float64 data converted to the float32 input); a file the graph cannot take is refused, naming the file
+    and the input, and the inputs stay; "Time on deterministic feeds" goes back."""
+    w, dock = window, window.timings
+    assert dock.inputs_line.text().startswith("inputs: deterministic") and not dock.clear_inputs.isEnabled()
+    data = np.random.default_rng(3).standard_normal((8, 784))
+    np.savez(tmp_path / "batch.npz", input=data, labels=np.arange(8) % 10)
+    np.savez(tmp_path / "wrong.npz", labels=np.zeros(8))
+    seen = []
+    real = w.session.profile
+    w.session.profile = lambda *a, **k: seen.append(k.get("feeds")) or real(*a, **k)
+
+    w.profiling.set_inputs(str(tmp_path / "batch.npz"))
+    qtbot.waitUntil(lambda: not w.profiling.busy, timeout=LOAD_MS)
+    assert "batch.npz: 2 of 16 inputs" in dock.inputs_line.text() and dock.clear_inputs.isEnabled()
+    _profile(qtbot, w, reps=2)
+    assert seen[-1]["input"].dtype == np.float32 and np.array_equal(seen[-1]["input"], data.astype(np.float32))
+    assert np.array_equal(seen[-1]["labels"], np.arange(8) % 10) and len(seen[-1]) == 16
+
+    w.profiling.set_inputs(str(tmp_path / "wrong.npz"))
+    qtbot.waitUntil(lambda: not w.profiling.busy, timeout=LOAD_MS)
+    assert "wrong.npz: 'labels' is float64, the graph takes int64" in dock.status.text()
+    assert "batch.npz" in dock.inputs_line.text()                      # still the last good file
+
+    dock.clear_inputs.trigger()
+    assert dock.inputs_line.text().startswith("inputs: deterministic")
+    _profile(qtbot, w, reps=2)
+    assert seen[-1] is None                                           # the session's deterministic feeds

@@ -3,6 +3,8 @@ without a rate or a roof (an alias moves no data), and the "above the roof" warn
 that only low peaks explain."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -44,6 +46,23 @@ def test_profile_times_on_given_inputs_and_refuses_wrong_ones(tmp_path, capsys):
     assert "bad.npz: 'x' has shape (3, 4), the graph takes (64, 4)" in capsys.readouterr().err
     assert main(base + [str(tmp_path / "other.npz")]) == 2
     assert "other.npz: ['y'] are not inputs of the graph" in capsys.readouterr().err
+
+
+def test_given_inputs_take_the_graphs_dtypes_where_their_kind_allows(tmp_path):
+    """float64 data for a float32 input is converted (NumPy saves Python floats as float64); floats for an
+    int64 input (token ids) are refused, naming both dtypes. Before, either went into the kernels as given."""
+    from ir.errors import StudioError
+    from studio.session.exporting import inputs_for
+    from studio.session.loading import load_graph
+    onnx.save(mlp(batch=64), tmp_path / "mlp.onnx")
+    g = load_graph(tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "x64.npz", x=np.full((64, 4), 0.1))
+    feeds = inputs_for(g, str(tmp_path / "x64.npz"))
+    assert feeds["x"].dtype == np.float32 and np.array_equal(feeds["x"], np.full((64, 4), 0.1, np.float32))
+    tiny = load_graph(Path(__file__).resolve().parents[3] / "resources/examples/bert_stack4_tiny.onnx")
+    np.savez(tmp_path / "ids.npz", input_ids=np.zeros((2, 8)))
+    with pytest.raises(StudioError, match="inputs file .*ids.npz: 'input_ids' is float64, the graph takes int64"):
+        inputs_for(tiny, str(tmp_path / "ids.npz"), label="inputs file")
 
 
 def test_views_get_no_rate_and_no_roof():
