@@ -1,6 +1,8 @@
 """Shared pytest set-up: headless Qt, the fixtures in tests/fixtures, and the ``--update-golden`` option."""
 
+import contextlib
 import importlib.util
+import io
 import os
 from pathlib import Path
 
@@ -16,6 +18,15 @@ UPDATE_GOLDEN = pytest.StashKey[bool]()
 # Without PySide6 (no `gui` extra) the GUI tests cannot run; everything else must (DESIGN §1).
 HAS_QT = importlib.util.find_spec("PySide6") is not None
 collect_ignore = [] if HAS_QT else ["gui"]
+
+
+def run_cli(*args) -> tuple[int, str]:
+    """``dcstudio ARGS`` in this process: its exit code and what it printed."""
+    from studio.cli import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([str(a) for a in args])
+    return code, out.getvalue()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

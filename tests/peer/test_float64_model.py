@@ -9,8 +9,6 @@ kernels; the package's tolerances here are a few float64 ulps, which either woul
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
 import os
 import re
 import subprocess
@@ -22,7 +20,7 @@ from torch import nn
 
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed: the test exports a CPU package")
 
-from studio.cli import main  # noqa: E402
+from tests.conftest import run_cli  # noqa: E402
 
 
 class Head(nn.Module):
@@ -34,31 +32,24 @@ class Head(nn.Module):
         return self.fc2(nn.functional.gelu(self.ln(self.fc1(x))).softmax(-1) * 3)
 
 
-def _cli(*args) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main([str(a) for a in args])
-    return code, out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def step(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("float64")
     torch.manual_seed(0)
     torch.onnx.export(Head().double(), (torch.randn(8, 32, dtype=torch.float64),), tmp / "head64.onnx",
                       input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
-    assert _cli("train-graph", tmp / "head64.onnx", "--loss", "cross_entropy", "--optimizer", "adamw",
+    assert run_cli("train-graph", tmp / "head64.onnx", "--loss", "cross_entropy", "--optimizer", "adamw",
                 "-o", tmp / "step.onnx")[0] == 0
-    assert _cli("recipe", tmp / "step.onnx", "-o", tmp / "h.json", "--quiet")[0] == 0
+    assert run_cli("recipe", tmp / "step.onnx", "-o", tmp / "h.json", "--quiet")[0] == 0
     return tmp
 
 
 def test_float64_step_checks_and_its_package_matches_to_float64_ulps(step):
-    code, out = _cli("replay", step / "step.onnx", step / "h.json", "--check", "--quiet")
+    code, out = run_cli("replay", step / "step.onnx", step / "h.json", "--check", "--quiet")
     check = next(line for line in out.splitlines() if line.startswith("check: "))
     assert code == 0 and "all within tolerance" in check, out[-2000:]
     assert "Could not find an implementation for Erf(13)" in check          # why onnxruntime is left out
-    assert _cli("export", step / "step.onnx", step / "h.json", "-o", step / "pkg64")[0] == 0
+    assert run_cli("export", step / "step.onnx", step / "h.json", "-o", step / "pkg64")[0] == 0
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([sys.executable, "-m", "pkg64", "--check"], cwd=step, env=env, capture_output=True,
                          text=True, timeout=600)
@@ -69,7 +60,7 @@ def test_float64_step_checks_and_its_package_matches_to_float64_ulps(step):
 
 def test_float64_step_exports_for_cuda_in_double(step):
     from codegen.cupy_cuda.nvrtc import available, compile_check
-    assert _cli("export", step / "step.onnx", step / "h.json", "-o", step / "pkg64_cuda", "--backend", "cuda")[0] == 0
+    assert run_cli("export", step / "step.onnx", step / "h.json", "-o", step / "pkg64_cuda", "--backend", "cuda")[0] == 0
     sources = {}
     for path in sorted((step / "pkg64_cuda" / "kernels").glob("k_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -18,10 +18,8 @@ convolutions, SiLU, squeeze-excitation, BatchNorm, a residual) whose training st
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
-import io
 import json
 import os
 import subprocess
@@ -36,8 +34,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("numba", reason="numba (the cpu extra) is not installed: the test exports a CPU package")
 
-from studio.cli import main  # noqa: E402
-from tests.conftest import FIXTURES  # noqa: E402
+from tests.conftest import FIXTURES, run_cli  # noqa: E402
 from tests.golden.kernels import check_kernels, package_kernels  # noqa: E402
 from tests.peer.test_export_fixtures import load_package  # noqa: E402
 from tests.peer.training_runs import K_RUN, make_batches, step_checks  # noqa: E402
@@ -57,13 +54,6 @@ def _torch_module() -> torch.nn.Module:
     return source.MBConvNet(10)
 
 
-def _cli(*args) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main([str(a) for a in args])
-    return code, out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     """The artifact's and its twin's replay summaries, and the artifact's exported package; the artifact's zoo row
@@ -71,7 +61,7 @@ def pipeline(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("artifact_cnn")
     step = ARTIFACT / "train_step_adamw.onnx"
     twin = tmp / "twin.onnx"
-    code, _ = _cli("train-graph", ARTIFACT / "forward.onnx", "--loss", "cross_entropy", "--optimizer", "adamw",
+    code, _ = run_cli("train-graph", ARTIFACT / "forward.onnx", "--loss", "cross_entropy", "--optimizer", "adamw",
                    "-o", twin)
     assert code == 0
     row: dict = {"model": "mbconv_artifact"}
@@ -80,10 +70,10 @@ def pipeline(tmp_path_factory):
     for label, model in (("artifact", step), ("twin", twin)):
         hist, report = tmp / f"{label}.history.json", tmp / f"{label}.replay.json"
         t = time.perf_counter()
-        assert _cli("recipe", model, "-o", hist, "--quiet")[0] == 0, label
+        assert run_cli("recipe", model, "-o", hist, "--quiet")[0] == 0, label
         times[f"{label} recipe"] = time.perf_counter() - t
         t = time.perf_counter()
-        code, out = _cli("replay", model, hist, "--check", "--quiet", "--json", report)
+        code, out = run_cli("replay", model, hist, "--check", "--quiet", "--json", report)
         times[f"{label} replay --check"] = time.perf_counter() - t
         check = next(line for line in out.splitlines() if line.startswith("check: "))
         assert code == 0 and "all within tolerance" in check, (label, out[-2000:])
@@ -98,7 +88,7 @@ def pipeline(tmp_path_factory):
                    f"({-twin_summary['reduction']:+.1%})")
     pkg = tmp / "mbconv_artifact_pkg"
     t = time.perf_counter()
-    assert _cli("export", step, tmp / "artifact.history.json", "-o", pkg)[0] == 0
+    assert run_cli("export", step, tmp / "artifact.history.json", "-o", pkg)[0] == 0
     times["export"] = time.perf_counter() - t
     ROWS["mbconv_artifact"] = row
     return reports, pkg, row
