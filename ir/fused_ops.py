@@ -209,17 +209,6 @@ def epilogue_flops(node: OpNode) -> int:
     return total
 
 
-def fused_flops(graph: Graph, node: OpNode) -> int:
-    """FLOPs of a fused node: contraction(s) in closed form plus epilogue operations."""
-    from ir.movement import library_flops
-    if is_group(node):
-        return sum(fused_flops(graph, m) for m in members(node))
-    if not has_epilogue(node):
-        return library_flops(graph, node) or 0
-    base = contraction(node)
-    return (library_flops(overlay(graph, accumulator(graph, node)), base) or 0) + epilogue_flops(node)
-
-
 __all__ = ["ACC", "CONTRACTIONS", "GROUP", "STUDIO", "accumulator", "contraction", "epilogue_flops",
-           "epilogue_map", "epilogue_op", "fused_flops", "group_op", "has_epilogue", "is_contraction",
+           "epilogue_map", "epilogue_op", "group_op", "has_epilogue", "is_contraction",
            "is_group", "members", "overlay", "rename_containers", "slots"]

@@ -25,7 +25,7 @@ write and read disappear (unless other kernels read it, then it is still written
 its read is saved), and operands the contraction and the map share are read once.
 Chaining: a second pointwise consumer of an op with an epilogue extends the epilogue
 (it may read several of the op's outputs). FLOPs: unchanged, except that until
-``ir.movement`` counts epilogues (see ``ir.fused_ops.fused_flops``) the epilogue's
+``ir.movement`` counts epilogues (see ``ir.flops.fused_flops``) the epilogue's
 operations drop out of the total.
 
 The result is a ``ai.dcstudio::MatMul|Gemm|FusedMatMul`` library node (``ir.fused_ops``)

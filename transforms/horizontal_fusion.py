@@ -25,7 +25,7 @@ Before → after::
 Algebra: independent computations (neither depends on the other, even transitively) may
 run in one launch, in either order. Bytes: each shared operand is read once instead of
 once per sibling (−bytes(shared) per extra reader); FLOPs unchanged (a grouped node counts
-0 FLOPs until ``ir.movement`` counts fused nodes, see ``ir.fused_ops.fused_flops``).
+0 FLOPs until ``ir.movement`` counts fused nodes, see ``ir.flops.fused_flops``).
 Single-element operands (a learning rate, a step size) do not make siblings.
 """
 from __future__ import annotations

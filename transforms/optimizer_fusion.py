@@ -31,7 +31,7 @@ element by element. Bytes per fp32 parameter (AdamW): ≈80 op by op, 28 as one 
 update (read p, g, m, v; write p, m, v), 24 when fused into the gradient's producer (g's
 read disappears) plus the producer's 4-byte write of g. SGD with momentum and Lion:
 20 → 16. FLOPs: unchanged (a contraction's epilogue drops out of the total until
-``ir.movement`` counts epilogues; see ``ir.fused_ops.fused_flops``).
+``ir.movement`` counts epilogues; see ``ir.flops.fused_flops``).
 """
 from __future__ import annotations
 

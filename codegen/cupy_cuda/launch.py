@@ -40,10 +40,6 @@ class Launch:
     grid: int                  # blocks for the map's own sizes (the launcher recomputes it)
     shared_bytes: int = 0      # static shared memory per block
 
-    @property
-    def threads_per_block(self) -> int:
-        return self.block[0] * self.block[1]
-
 
 @dataclass(frozen=True)
 class CudaKernel(KernelSource):

@@ -4,8 +4,7 @@
 kernel cache and its module to ``<cache>/programs/p_<sha>.py``, imports that module
 (a real file, so tracebacks show generated lines) and makes its ``Model`` with the
 graph's arrays as weights. ``run(feeds)`` is one call of ``Model.step``; the first call
-compiles every kernel that numba's cache does not already hold (``warm_up`` does it up
-front). Nodes the program could not turn into code (``Program.extern``) run through the
+compiles every kernel that numba's cache does not already hold. Nodes the program could not turn into code (``Program.extern``) run through the
 reference executor's kernels, so every graph the reference runs, this runs.
 
 ``run(graph, feeds)`` is the one-shot form, with the same signature as the reference
@@ -124,13 +123,6 @@ class CompiledGraph:
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Iterable[str] | None = None) -> dict[str, np.ndarray]:
         res = self.model.step(**feeds)
         return res if outputs is None else {k: res[k] for k in outputs}
-
-    def warm_up(self, feeds: Mapping[str, np.ndarray]) -> float:
-        """Run once (compiling every kernel not yet in numba's cache); returns the seconds it took."""
-        import time
-        t0 = time.perf_counter()
-        self.run(feeds)
-        return time.perf_counter() - t0
 
     @property
     def arena_bytes(self) -> int:

@@ -104,11 +104,11 @@ def _speedup(st: Statement, workers: int) -> float:
 
 def _member_costs(prog: Program, st: Statement) -> list[float]:
     """One-thread seconds of each member of a grouped GEMM statement (its FLOPs: GEMMs are compute-bound)."""
-    from ir import fused_ops
+    from ir import flops, fused_ops
     node = prog.graph.nodes.get(st.node_id)
     if node is None or not fused_ops.is_group(node):
         return []
-    return [fused_ops.fused_flops(prog.graph, m) / FLOPS_PER_S for m in fused_ops.members(node)]   # compute-bound
+    return [flops.fused_flops(prog.graph, m) / FLOPS_PER_S for m in fused_ops.members(node)]   # compute-bound
 
 
 def dependencies(statements: list[Statement], recorded: dict[str, list[str]] | None = None) -> list[set[int]]:

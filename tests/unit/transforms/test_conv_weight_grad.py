@@ -11,7 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 from codegen.numpy_ref.executor import run
 from codegen.numpy_ref.feeds import compare, feeds_for
 from ir import serialize
-from ir.movement import kernel_estimate, library_flops
+from ir.flops import library_flops
+from ir.movement import kernel_estimate
 from ir.onnx_import import import_proto
 from tests.unit.transforms.harness import assert_applies, assert_fails
 from transforms.passes import run_pass

@@ -6,7 +6,7 @@ from onnx import helper
 
 from codegen.numpy_ref.executor import run
 from codegen.numpy_ref.feeds import compare, feeds_for
-from ir import fused_ops, serialize
+from ir import flops, serialize
 from ir.movement import kernel_estimate, report
 from ir.printer import node_to_text
 from tests.unit.ir.onnx_models import vi
@@ -45,7 +45,7 @@ def test_bias_and_activation_become_the_epilogue_of_a_matmul():
     est = kernel_estimate(work, node)                        # reads x, w, b once; writes y
     assert (est.bytes_read, est.bytes_written) == ((6 * 4 + 4 * 5 + 5) * F32, 6 * 5 * F32)
     gemm, epilogue = 2 * 6 * 5 * 4, 2 * 6 * 5                 # multiply-adds; add + max per element
-    assert fused_ops.fused_flops(work, node) == gemm + epilogue == report(g).total.flops
+    assert flops.fused_flops(work, node) == gemm + epilogue == report(g).total.flops
 
 
 def test_a_product_with_other_readers_is_still_written():
@@ -91,7 +91,7 @@ def test_extra_epilogue_operands_of_a_gemm_without_bias_leave_its_bias_slot_empt
     g = expanded(nodes, [vi("a", [6, 4]), vi("r", [6, 5])], [vi("y", [6, 5])], [w("b", [4, 5])])
     app, work = assert_applies(g, T, T.match("gemm", "res/expanded"))
     assert work.nodes["epilogue:gemm"].input_names() == ["a", "b", None, "r"]
-    assert fused_ops.fused_flops(work, work.nodes["epilogue:gemm"]) == 2 * 6 * 5 * 4 + 6 * 5
+    assert flops.fused_flops(work, work.nodes["epilogue:gemm"]) == 2 * 6 * 5 * 4 + 6 * 5
 
 
 def test_the_contraction_keeps_its_implementation_choice():
@@ -131,7 +131,7 @@ def test_an_einsum_with_an_epilogue_keeps_its_flops():
     node = work.nodes["epilogue:mm"]
     assert (node.domain, node.op_type) == ("ai.dcstudio", "Einsum") and len(node.inputs) > 2
     contraction, epilogue = 2 * 2 * 3 * 4 * 5, 4 * 5
-    assert kernel_estimate(work, node).flops == fused_ops.fused_flops(work, node) == contraction + epilogue
+    assert kernel_estimate(work, node).flops == flops.fused_flops(work, node) == contraction + epilogue
     assert report(work).total.flops == report(g).total.flops
 
 

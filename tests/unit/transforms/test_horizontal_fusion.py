@@ -4,7 +4,7 @@ from __future__ import annotations
 from onnx import helper, numpy_helper
 import numpy as np
 
-from ir import fused_ops, serialize
+from ir import flops, serialize
 from ir.movement import report
 from tests.unit.ir.onnx_models import vi
 from tests.unit.transforms.harness import assert_applies, assert_fails
@@ -40,7 +40,7 @@ def test_qkv_projections_read_the_activation_once():
     assert node.input_names() == ["x", "wv", "wq", "wk"] and node.output_names() == ["v", "q", "k"]
     assert [m["inputs"] for m in node.attrs["members"]] == [[0, 1], [0, 2], [0, 3]]
     assert report(g2).total.bytes == report(g).total.bytes - 2 * 6 * 4 * F32
-    assert fused_ops.fused_flops(g2, node) == 3 * 2 * 6 * 5 * 4 == report(g).total.flops
+    assert flops.fused_flops(g2, node) == 3 * 2 * 6 * 5 * 4 == report(g).total.flops
     assert serialize.dumps(serialize.loads(serialize.dumps(g2))) == serialize.dumps(g2)
 
 
