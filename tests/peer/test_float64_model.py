@@ -49,6 +49,7 @@ def test_float64_step_checks_and_its_package_matches_to_float64_ulps(step):
     check = next(line for line in out.splitlines() if line.startswith("check: "))
     assert code == 0 and "all within tolerance" in check, out[-2000:]
     assert "Could not find an implementation for Erf(13)" in check          # why onnxruntime is left out
+    assert "(reference executor vs float64 truth)" in check                 # no fp32 anywhere in its basis
     assert run_cli("export", step / "step.onnx", step / "h.json", "-o", step / "pkg64")[0] == 0
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([sys.executable, "-m", "pkg64", "--check"], cwd=step, env=env, capture_output=True,
