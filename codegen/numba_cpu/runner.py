@@ -4,8 +4,8 @@
 kernel cache and its module to ``<cache>/programs/p_<sha>.py``, imports that module
 (a real file, so tracebacks show generated lines) and makes its ``Model`` with the
 graph's arrays as weights. ``run(feeds)`` is one call of ``Model.step``; the first call
-compiles every kernel that numba's cache does not already hold. Nodes the program could not turn into code (``Program.extern``) run through the
-reference executor's kernels, so every graph the reference runs, this runs.
+compiles every kernel that numba's cache does not already hold. Nodes the program could not turn into code
+(``Program.extern``) run through the reference executor's kernels, so every graph the reference runs, this runs.
 
 ``run(graph, feeds)`` is the one-shot form, with the same signature as the reference
 executor's ``codegen.numpy_ref.executor.run``. ``threads`` pins numba and BLAS for the

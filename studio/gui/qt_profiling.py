@@ -46,10 +46,8 @@ WARMUP = 2
 
 def _feeds(graph, given: dict | None) -> dict | None:
     """The deterministic feeds with the user's arrays over them (None without any: the session's default)."""
-    if given is None:
-        return None
-    from codegen.numpy_ref.feeds import feeds_for
-    return {**feeds_for(graph), **{k: v for k, v in given.items() if k in graph.inputs}}
+    from studio.session.exporting import over_feeds
+    return None if given is None else over_feeds(graph, given)
 
 
 def _inputs_work(graph, path: str, token, progress):

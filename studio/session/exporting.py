@@ -15,8 +15,13 @@ from ir.onnx_load import read_model
 def inputs_for(graph, path: str | None, label: str = "--inputs") -> dict[str, np.ndarray]:
     """The deterministic feeds of ``graph``, with the arrays of inputs file ``path`` over them
     (``read_inputs``)."""
+    return over_feeds(graph, read_inputs(graph, path, label) if path else {})
+
+
+def over_feeds(graph, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The deterministic feeds of ``graph`` with those ``given`` arrays over them that it takes as inputs."""
     from codegen.numpy_ref.feeds import feeds_for
-    return {**feeds_for(graph), **(read_inputs(graph, path, label) if path else {})}
+    return {**feeds_for(graph), **{k: v for k, v in given.items() if k in graph.inputs}}
 
 
 def read_inputs(graph, path: str, label: str = "--inputs") -> dict[str, np.ndarray]:
