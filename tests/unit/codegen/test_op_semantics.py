@@ -19,7 +19,12 @@ from onnx import TensorProto, helper, numpy_helper
 from codegen.numpy_ref.executor import run as reference
 from codegen.program.prepare import lower_for_codegen
 from ir import dtypes
-from ir.nodes import MapNode
+from ir import expr as E
+from ir.containers import Container, Role
+from ir.graph import Graph
+from ir.maps import finalize
+from ir.memlet import Memlet, Range
+from ir.nodes import MapNode, Tasklet
 from ir.onnx_import import import_proto
 from tests.unit.codegen import cuda_emulation
 from tests.unit.ir.onnx_models import model
@@ -81,30 +86,15 @@ def test_cuda_mod_is_numpys_and_compiles(dt, tmp_path):
 def test_cuda_mod_and_floordiv_tasklets_are_numpys(op, dt, tmp_path):
     """A tasklet's floordiv (no lowering prints one today) floors, as ``np.floor_divide``."""
     from codegen.cupy_cuda.render import kernel_source
-    from ir import expr as E
-    from ir.containers import Container, Role
-    from ir.graph import Graph
-    from ir.maps import finalize
-    from ir.memlet import Memlet, Range
-    from ir.nodes import Tasklet
     reason = cuda_emulation.available()
     if reason:
         pytest.skip(reason)
-    g = Graph("g")
-    for name, role in (("x", Role.INPUT), ("b", Role.INPUT), ("y", Role.OUTPUT)):
-        g.add_container(Container(name, (len(X),), dt, role))
-    g.inputs, g.outputs = ["x", "b"], ["y"]
-    i = E.Var("i")
-    t = Tasklet("t", E.Bin(op, E.Var("u"), E.Var("v")), {"u": Memlet("x", (i,)), "v": Memlet("b", (i,))},
-                Memlet("y", (i,)))
-    m = MapNode("m", [("i", Range.of(0, len(X)))], [t])
-    finalize(m, g)
-    g.add_node(m)
+    g, m = _pointwise(len(X), {"x": dt, "b": dt}, [(dt, E.Bin(op, E.Var("u"), E.Var("v")))])
     feeds = {"x": np.array(X, dt), "b": np.array(B, dt)}
     ks = kernel_source(m, g)
-    got = cuda_emulation.emulate(ks, {**feeds, "y": np.zeros(len(X), dt)}, tmp_path)["y"]
+    got = cuda_emulation.emulate(ks, {**feeds, "y0": np.zeros(len(X), dt)}, tmp_path)["y0"]
     np.testing.assert_array_equal(got, getattr(np, {"mod": "mod", "floordiv": "floor_divide"}[op])(*feeds.values()))
-    np.testing.assert_array_equal(got, reference(g, feeds)["y"])
+    np.testing.assert_array_equal(got, reference(g, feeds)["y0"])
     from codegen.cupy_cuda.nvrtc import available, compile_check
     assert available() is not None or compile_check(ks.source, ks.name).ok
 
@@ -122,30 +112,33 @@ FULL_MATH = ("float32", "float64")
 """The dtypes whose every op is checked (16-bit floats compute in float32: their arithmetic, casts and stores)."""
 
 
-def _every_op(dt: str):
-    """map[i] { y<k>[i] = op_k(x[i], z[i]) } for every op defined on ``dt`` (logical ops on x > 0, z > 0)."""
-    from ir import expr as E
-    from ir.containers import Container, Role
-    from ir.graph import Graph
-    from ir.maps import finalize
-    from ir.memlet import Memlet, Range
-    from ir.nodes import Tasklet
-    n = len(OPERANDS[dt][0])
-    ops = [op for op in E.UNARY_OPS + E.BINARY_OPS if dt in FULL_MATH or op not in FLOAT_ONLY]
+def _pointwise(n: int, inputs: dict[str, str], outputs: list[tuple[str, E.Expr]]):
+    """map[i] { y<k>[i] = expr_k(u, v) } over ``n`` elements: ``inputs`` (name → dtype; ``u`` reads the first
+    at ``i``, ``v`` the second), ``outputs`` (dtype, expression) for each y<k>. Returns the graph and its map."""
     g = Graph("g")
-    for name in ("x", "z"):
+    for name, dt in inputs.items():
         g.add_container(Container(name, (n,), dt, Role.INPUT))
     i, body = E.Var("i"), []
-    positive = {name: E.Bin("gt", E.Var(name), E.Const(0, dt)) for name in ("u", "v")}
-    for k, op in enumerate(ops):
-        g.add_container(Container(f"y{k}", (n,), "bool" if op in BOOL_RESULT else dt, Role.OUTPUT))
-        u, v = (positive["u"], positive["v"]) if op in ("not", "and", "or", "xor") else (E.Var("u"), E.Var("v"))
-        e = E.Un(op, u) if op in E.UNARY_OPS else E.Bin(op, u, v)
-        body.append(Tasklet(f"t{k}", e, {"u": Memlet("x", (i,)), "v": Memlet("z", (i,))}, Memlet(f"y{k}", (i,))))
-    g.inputs, g.outputs = ["x", "z"], [f"y{k}" for k in range(len(ops))]
+    reads = {conn: Memlet(name, (i,)) for conn, name in zip(("u", "v"), inputs)}
+    for k, (dt, e) in enumerate(outputs):
+        g.add_container(Container(f"y{k}", (n,), dt, Role.OUTPUT))
+        body.append(Tasklet(f"t{k}", e, dict(reads), Memlet(f"y{k}", (i,))))
+    g.inputs, g.outputs = list(inputs), [f"y{k}" for k in range(len(outputs))]
     m = MapNode("m", [("i", Range.of(0, n))], body)
     finalize(m, g)
     g.add_node(m)
+    return g, m
+
+
+def _every_op(dt: str):
+    """map[i] { y<k>[i] = op_k(x[i], z[i]) } for every op defined on ``dt`` (logical ops on x > 0, z > 0)."""
+    ops = [op for op in E.UNARY_OPS + E.BINARY_OPS if dt in FULL_MATH or op not in FLOAT_ONLY]
+    positive = {name: E.Bin("gt", E.Var(name), E.Const(0, dt)) for name in ("u", "v")}
+    outputs = []
+    for op in ops:
+        u, v = (positive["u"], positive["v"]) if op in ("not", "and", "or", "xor") else (E.Var("u"), E.Var("v"))
+        outputs.append(("bool" if op in BOOL_RESULT else dt, E.Un(op, u) if op in E.UNARY_OPS else E.Bin(op, u, v)))
+    g, m = _pointwise(len(OPERANDS[dt][0]), {"x": dt, "z": dt}, outputs)
     return g, m, ops, {name: np.array(values, np.float32).astype(dtypes.to_numpy(dt))
                        for name, values in zip(("x", "z"), OPERANDS[dt])}
 
@@ -200,27 +193,10 @@ WIDE = ([2**40 + 1, -(2**40 + 3), 2**53 + 1, -(2**62), 7, 0, -1, 2**31],
 
 
 def _wide_ints():
-    from ir import expr as E
-    from ir.containers import Container, Role
-    from ir.graph import Graph
-    from ir.maps import finalize
-    from ir.memlet import Memlet, Range
-    from ir.nodes import Tasklet
-    exprs = {"max": E.Bin("max", E.Var("u"), E.Var("v")), "min": E.Bin("min", E.Var("u"), E.Var("v")),
-             "abs": E.Un("abs", E.Var("u")), "sign": E.Un("sign", E.Var("u")), "round": E.Un("round", E.Var("u")),
-             "fmod": E.Bin("fmod", E.Var("u"), E.Bin("add", E.Un("abs", E.Var("v")), E.Const(2, "int64")))}
-    n = len(WIDE[0])
-    g = Graph("g")
-    for name in ("x", "z"):
-        g.add_container(Container(name, (n,), "int64", Role.INPUT))
-    i, body = E.Var("i"), []
-    for k, e in enumerate(exprs.values()):
-        g.add_container(Container(f"y{k}", (n,), "int64", Role.OUTPUT))
-        body.append(Tasklet(f"t{k}", e, {"u": Memlet("x", (i,)), "v": Memlet("z", (i,))}, Memlet(f"y{k}", (i,))))
-    g.inputs, g.outputs = ["x", "z"], [f"y{k}" for k in range(len(exprs))]
-    m = MapNode("m", [("i", Range.of(0, n))], body)
-    finalize(m, g)
-    g.add_node(m)
+    u, v = E.Var("u"), E.Var("v")
+    exprs = {"max": E.Bin("max", u, v), "min": E.Bin("min", u, v), "abs": E.Un("abs", u), "sign": E.Un("sign", u),
+             "round": E.Un("round", u), "fmod": E.Bin("fmod", u, E.Bin("add", E.Un("abs", v), E.Const(2, "int64")))}
+    g, m = _pointwise(len(WIDE[0]), {"x": "int64", "z": "int64"}, [("int64", e) for e in exprs.values()])
     return g, m, list(exprs), {"x": np.array(WIDE[0], np.int64), "z": np.array(WIDE[1], np.int64)}
 
 
@@ -252,23 +228,8 @@ CAST_VALUES = [-3, -2.5, -1.5, -1, -0.5, -0.25, 0, 0.25, 0.5, 1, 1.5, 2, 2.5, 3,
 
 def _casts(src: str):
     """map[i] { y<k>[i] = target_k(x[i]) } from ``src`` to every other dtype: floats truncate toward zero."""
-    from ir import expr as E
-    from ir.containers import Container, Role
-    from ir.graph import Graph
-    from ir.maps import finalize
-    from ir.memlet import Memlet, Range
-    from ir.nodes import Tasklet
     targets = [t for t in CAST_TARGETS if t != src]
-    g = Graph("g")
-    g.add_container(Container("x", (len(CAST_VALUES),), src, Role.INPUT))
-    i, body = E.Var("i"), []
-    for k, t in enumerate(targets):
-        g.add_container(Container(f"y{k}", (len(CAST_VALUES),), t, Role.OUTPUT))
-        body.append(Tasklet(f"t{k}", E.Cast(E.Var("u"), t), {"u": Memlet("x", (i,))}, Memlet(f"y{k}", (i,))))
-    g.inputs, g.outputs = ["x"], [f"y{k}" for k in range(len(targets))]
-    m = MapNode("m", [("i", Range.of(0, len(CAST_VALUES)))], body)
-    finalize(m, g)
-    g.add_node(m)
+    g, m = _pointwise(len(CAST_VALUES), {"x": src}, [(t, E.Cast(E.Var("u"), t)) for t in targets])
     x = np.array(CAST_VALUES, np.float32)
     x = x > 0 if src == "bool" else x.astype(dtypes.to_numpy(src)) if src.startswith("float") else np.trunc(x).astype(src)
     return g, m, targets, {"x": x}
