@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 
 TRANSFORMATION_MODULES = sorted([
+    "broadcast_fusion",
     "constant_folding",
     "conv_weight_grad",
     "expand",

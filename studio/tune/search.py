@@ -50,7 +50,7 @@ POOL: tuple[Pass, ...] = (
     Pass("constant_folding"), Pass("reshape_elimination"), Pass("expand"), Pass("transpose_elimination"),
     Pass("map_fusion"), Pass("reduction_fusion"), Pass("optimizer_fusion"), Pass("gemm_epilogue_fusion"),
     Pass("horizontal_fusion"), Pass("layout_select", {"contraction_only": True}), Pass("layout_select"),
-    Pass("select_impl"), Pass("conv_weight_grad"), Pass("view_alias"),
+    Pass("select_impl"), Pass("conv_weight_grad"), Pass("view_alias"), Pass("broadcast_fusion"),
 )
 MAX_LENGTH = 24
 CUTOUT_SLACK = 0.02

@@ -16,10 +16,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("ir", "transforms", "codegen", "studio", "resources")
 MODULE_LIMIT = 600
-TOTAL_LIMIT = 43_650   # 40,000 → 42,000 for issue 37 (U-Nets: ConvTranspose, Resize); → 43,500 for issue 38
+TOTAL_LIMIT = 43_920   # 40,000 → 42,000 for issue 37 (U-Nets: ConvTranspose, Resize); → 43,500 for issue 38
 #                        (the studio at depth: stacked layout, recorded cutout inputs, cache roof, planned steps);
 #                        → 43,560: CUDA kernels of float64 and int64 models compute in their own types;
-#                        → 43,650: the Timings dock times on the user's own inputs (as profile --inputs)
+#                        → 43,650: the Timings dock times on the user's own inputs (as profile --inputs);
+#                        → 43,920: broadcast_fusion (a BatchNorm gradient's dx as a second sweep of its sums)
 EXEMPT = re.compile(r"size-exempt:[ \t]*(\S[^\n]*)?")
 
 

@@ -152,7 +152,7 @@ def test_every_match_applies(name):
 
 
 FIXPOINT = ["expand", "map_fusion", "reduction_fusion", "horizontal_fusion", "gemm_epilogue_fusion", "optimizer_fusion",
-            "transpose_elimination", "reshape_elimination", "layout_select", "constant_folding"]
+            "broadcast_fusion", "transpose_elimination", "reshape_elimination", "layout_select", "constant_folding"]
 MAX_STEPS = 80
 
 
@@ -211,7 +211,7 @@ def test_sequences_of_transformations():
 
 
 CONCAT_GRAPHS = int(os.environ.get("DCSTUDIO_CONCAT_GRAPHS", 150))   # more to search further
-CONCAT_FUSIONS = ["expand", "map_fusion", "reduction_fusion", "horizontal_fusion", "optimizer_fusion"]
+CONCAT_FUSIONS = ["expand", "map_fusion", "reduction_fusion", "horizontal_fusion", "optimizer_fusion", "broadcast_fusion"]
 
 
 def test_concat_fed_siblings():
