@@ -3,9 +3,14 @@ into one kernel with a second sweep; the stored elementwise value goes; near mis
 outputs, Δ = recount (``harness.assert_applies``)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
+import pytest
 from onnx import helper, numpy_helper
 
+from codegen.numpy_ref.executor import run
+from codegen.numpy_ref.feeds import compare, feeds_for
 from ir.nodes import MapNode
 from tests.unit.ir.onnx_models import vi
 from tests.unit.transforms.harness import assert_applies, assert_fails
@@ -81,3 +86,38 @@ def test_a_consumer_that_is_not_pointwise_is_refused():
     assert_fails(g, t, t.match("sum/expanded", "sum2/expanded"), "'sum2/expanded' is not pointwise")
     _, work = assert_applies(g, t, t.match("sum/expanded", "d/expanded"))     # x − s: one more sweep over x
     assert "s" not in work.containers
+
+
+def _fused(rank: int = 4):
+    g = _bn_gradient(rank)
+    t = create("broadcast_fusion")
+    for pair in (("fused:g/expanded", "scale/expanded"), ("fused:g/expanded", "fused:xs/expanded")):
+        engine.apply(g, t, t.match(*pair))
+    return g
+
+
+def test_the_fused_kernel_runs_on_both_backends(tmp_path):
+    """numba: one kernel, equal to the reference; CUDA: a block kernel whose second sweep reads the values the
+    first cached in registers, compiled by NVRTC and equal to the reference in the host emulation."""
+    pytest.importorskip("numba", reason="numba (the cpu extra) is not installed")
+    from codegen.cupy_cuda.nvrtc import available, compile_check
+    from codegen.cupy_cuda.render import kernel_source
+    from codegen.numba_cpu.runner import CompiledGraph
+    from tests.unit.codegen import cuda_emulation
+    from tests.unit.codegen.test_cuda_reductions import _assert_close, _launch_arrays
+    g = _fused()
+    feeds = feeds_for(g)
+    want = run(g, feeds)
+    cg = CompiledGraph(g, threads=1)
+    assert not cg.extern_nodes() and compare(want, cg.run(feeds), 2e-6) == []
+    [m] = g.nodes.values()
+    ks = kernel_source(m, g)
+    assert ks.launch.kind == "warp_rows" and "c0[it] * c1[it]" in ks.source.split("nested map")[2]
+    missing = [why for why in (available(), cuda_emulation.available()) if why]
+    assert not (missing and os.environ.get("CI")), f"CI runs the CUDA checks: {missing}"
+    if available() is None:
+        assert compile_check(ks.source, ks.name, "sm_80").ok
+    if cuda_emulation.available() is None:
+        values = run(g, feeds, outputs=list(ks.arrays))
+        got = cuda_emulation.emulate(ks, _launch_arrays(ks, values), tmp_path)
+        _assert_close(got, {c: values[c] for c in ks.outputs}, 2e-6)
