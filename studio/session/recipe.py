@@ -50,10 +50,15 @@ SUBSTATION: tuple[Pass, ...] = (
 CNN: tuple[Pass, ...] = (
     Pass("conv_weight_grad"),          # weight gradients as one op in W's layout, before expand hides the transposes
     Pass("expand", {"impl": "batch_stats"}),   # training-mode BatchNorm as one map, to fuse with its activation
-) + SUBSTATION
+) + SUBSTATION[:-1] + (
+    Pass("broadcast_fusion"),          # BatchNorm gradients: dx as a second sweep of the per-channel sums' kernel
+    SUBSTATION[-1],
+)
 """Convolutional training graphs: Substation, after the weight gradients of convolutions become
 ``ConvWeightGrad`` ops (the transposed copies of X and dY go, and the optimizer update then reads
-its gradient in W's layout instead of transposed) and training-mode BatchNormalizations become maps."""
+its gradient in W's layout instead of transposed) and training-mode BatchNormalizations become maps;
+before the layouts, each BatchNorm gradient's dx runs inside the kernel of its per-channel sums
+(``broadcast_fusion``: the elementwise dy and x̂ it stored for dx are computed again instead)."""
 
 RECIPES: dict[str, tuple[Pass, ...]] = {"substation": SUBSTATION, "cnn": CNN,
                                         "fuse": (Pass("expand"), Pass("map_fusion"))}

@@ -44,7 +44,9 @@ def test_pick_for_model_reads_the_node_list(tmp_path):
     model = tmp_path / "convs.onnx"
     onnx.save(training_model(), model)
     assert pick_for_model(model) == "cnn" and pick_for_model(MLP) == "substation"
-    assert pick_for_model(model, "fuse") == "fuse" and RECIPES["cnn"][2:] == RECIPES["substation"]
+    assert pick_for_model(model, "fuse") == "fuse"
+    cnn, substation = RECIPES["cnn"], RECIPES["substation"]     # Substation, with the BatchNorm gradients' sweeps
+    assert cnn[2:-2] == substation[:-1] and cnn[-2].transformation == "broadcast_fusion" and cnn[-1] == substation[-1]
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"garbage")
     assert pick_for_model(bad) == "substation"          # the caller's own load names what is wrong
