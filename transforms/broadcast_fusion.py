@@ -46,12 +46,12 @@ from ir.graph import Graph
 from ir.maps import finalize
 from ir.memlet import Memlet
 from ir.nodes import MapNode, Tasklet
-from transforms.base import Match, Touched, fail
+from transforms.base import Match, MatchResult, Touched, fail
 from transforms.fusion import (FusionError, _as_locals, _index_text, _local_for, _localize_wcr, _slice_for,
                                creates_cycle, drop_dead, full_index, keeps_global, pointwise, swap_kernels, touched)
 from transforms.kernel_slices import drop_writes
 from transforms.map_fusion import edges, fused_id
-from transforms.planned import PlannedFusion
+from transforms.planned import PlannedFusion, two_maps
 from transforms.reduction_fusion import is_reduction
 from transforms.registry import register
 from transforms.scopes import Access, Taken, copy_body, extents, fresh, kernel_names, reads, writes
@@ -71,12 +71,10 @@ class BroadcastFusion(PlannedFusion):
                 yield self.match(p.id, c.id, label=f"sweep: run {c.label} inside {p.label}")
 
     def _plan(self, graph: Graph, match: Match):
-        if len(match.anchors) != 2:
-            return fail(f"{self.name} needs two anchors (reduction kernel, pointwise consumer)")
-        p, c = (graph.nodes.get(a) for a in match.anchors)
-        for ident, node in zip(match.anchors, (p, c)):
-            if not isinstance(node, MapNode):
-                return fail(f"'{ident}' is not a map" if node is not None else f"no node '{ident}'", ident)
+        maps = two_maps(graph, match, self.name)
+        if isinstance(maps, MatchResult):
+            return maps
+        p, c = maps
         if not is_reduction(p):
             return fail(f"'{p.id}' is not a reduction kernel (no sweeps, no accumulation)", p.id)
         if not pointwise(c):
