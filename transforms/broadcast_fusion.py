@@ -115,8 +115,8 @@ def run_as_sweep(graph: Graph, p: MapNode, c: MapNode, shared: list[str], new_id
     ext_c, ext_p = extents(c, graph), extents(work, graph)
     binding = _bind_outer(c, per_point, swept, outer, ext_c, ext_p)
     inner = [(q, r) for q, r in c.params if q not in binding and ext_c[q][1] - ext_c[q][0] > 1]
-    binding.update({q: E.Const(ext_c[q][0], "int64") for q, _ in c.params if q not in binding
-                    and all(q != i for i, _ in inner)})
+    pinned = [q for q, _ in c.params if q not in binding and ext_c[q][1] - ext_c[q][0] <= 1]
+    binding.update({q: E.Const(ext_c[q][0], "int64") for q in pinned})     # extent 1: the start itself
     params, locs, ids = kernel_names(work)
     taken = Taken(locs, graph.containers)
     binding.update({q: E.Var(fresh(q, params)) for q, _ in inner})
