@@ -44,12 +44,12 @@ from ir import expr as E
 from ir.containers import Container
 from ir.graph import Graph
 from ir.maps import finalize
-from ir.memlet import Memlet
 from ir.nodes import MapNode, Tasklet
 from transforms.base import Match, MatchResult, Touched, fail
-from transforms.fusion import (FusionError, _as_locals, _index_text, _local_for, _localize_wcr, _slice_for,
-                               creates_cycle, drop_dead, full_index, keeps_global, pointwise, swap_kernels, touched)
-from transforms.kernel_slices import drop_writes
+from transforms.fusion import (FusionError, _as_locals, _index_text, _local_for, _localize_wcr, _redirect_writes,
+                               _slice_for, creates_cycle, drop_dead, full_index, keeps_global, pointwise,
+                               swap_kernels, touched)
+from transforms.kernel_slices import all_locals, drop_writes
 from transforms.map_fusion import edges, fused_id
 from transforms.planned import PlannedFusion, two_maps
 from transforms.reduction_fusion import is_reduction
@@ -140,7 +140,7 @@ def run_as_sweep(graph: Graph, p: MapNode, c: MapNode, shared: list[str], new_id
         work.locals.update(sweep_locals)
         work.body += body + copies
     dropped = {n for n in swept if not keeps_global(graph, n, {c.id})}
-    drop_writes(work, {a.tasklet.output.container for a in _global_writes(work)} - dropped)
+    drop_writes(work, _written_globals(work) - dropped)
     work.label = f"{p.label}>{c.label}"
     return finalize(work, graph)
 
@@ -185,17 +185,9 @@ def _pinned(rx: E.Expr, wx: E.Expr, ext_c: dict) -> bool:
 def _redirect_per_point(graph: Graph, work: MapNode, per_point: dict[str, Access], consumer: str,
                         taken: Taken) -> dict[str, str]:
     """Per-point results are written at P's top level: each goes to a local C reads (and is still
-    stored when another kernel reads it)."""
-    values = {}
-    for name, w in per_point.items():
-        local = _local_for(graph, name, taken).name
-        work.locals[local] = Container(local, (), graph.container(name).dtype)
-        old = w.tasklet.output
-        w.tasklet.output = Memlet(local, ())
-        k = next(i for i, s in enumerate(work.body) if s is w.tasklet)
-        if keeps_global(graph, name, {consumer}):
-            work.body.insert(k + 1, Tasklet(f"{w.tasklet.id}/store", E.Var("v"), {"v": Memlet(local, ())}, old))
-        values[name] = local
+    stored when another kernel reads it, ``fusion._redirect_writes``)."""
+    values = {name: _local_for(graph, name, taken).name for name in per_point}
+    _redirect_writes(graph, work, work, per_point, values, consumer)
     return values
 
 
@@ -233,7 +225,7 @@ def _recomputed(graph: Graph, work: MapNode, w: Access, c: MapNode, binding: dic
 def _check_chain(work: MapNode, sweep: MapNode, chain: list[Tasklet], name: str) -> None:
     """The statements computing ``name`` read no accumulator, no outer value P changes after the sweep
     starts, and no container P writes: computed again later, they give the same value."""
-    written = {a.tasklet.output.container for a in _global_writes(work)}
+    written = _written_globals(work)
     start = next(k for k, s in enumerate(work.body) if s is sweep)
     later = {t.output.container for s in work.body[start:] for t, _ in _walk(s)}
     for t in chain:
@@ -253,7 +245,5 @@ def _walk(stmt):
     return stmt.walk() if isinstance(stmt, MapNode) else [(stmt, ())]
 
 
-def _global_writes(m: MapNode) -> list[Access]:
-    local_names = set(m.locals) | {k for n, _ in m.walk() if isinstance(n, MapNode) for k in n.locals}
-    return [Access(t, None, t.output, s) for t, s in m.walk()
-            if isinstance(t, Tasklet) and t.output.container not in local_names]
+def _written_globals(m: MapNode) -> set[str]:
+    return {t.output.container for t, _ in m.walk() if isinstance(t, Tasklet)} - all_locals(m)
