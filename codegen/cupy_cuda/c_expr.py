@@ -12,7 +12,7 @@ they compute in (float32 where not given). The walk and its typing are ``program
   are the value itself, ``fmod`` is C's ``%`` and ``pow`` goes through double.
 
 ``mod`` and ``floordiv`` follow NumPy (the divisor's sign, the floor) through helpers a kernel defines
-when it calls them (``HELPER_SOURCES``; C's ``%`` takes the dividend's sign and is no float operator).
+when it calls them (``device_lib.HELPER_SOURCES``; C's ``%`` takes the dividend's sign and is no float operator).
 An index expression (``CudaIndex``: params and positive constants, never negative) keeps C's ``%`` and ``/``.
 """
 from __future__ import annotations
@@ -29,26 +29,6 @@ C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat
            "bool": "bool"}
 
 
-def _helper(name: str, integer: str, real: str) -> str:
-    """``name`` for every integer type (``integer``) and for float and double (``real``, over ``F`` = fmodf/fmod, …),
-    guarded so that kernels compiled as one unit define it once."""
-    guard = name.upper()
-    reals = "".join(f"__device__ inline {t} {name}({t} a, {t} b) {{ {real.format(T=t, F=f)} }}\n"
-                    for t, f in (("float", "f"), ("double", "")))
-    return (f"#ifndef {guard}\n#define {guard}\ntemplate <typename T> __device__ T {name}(T a, T b) {{ {integer} }}\n"
-            f"{reals}#endif\n")
-
-
-HELPER_SOURCES = {
-    "dcs_mod": _helper("dcs_mod", "T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;",
-                       "{T} r = fmod{F}(a, b); return r != 0 ? (((r < 0) != (b < 0)) ? r + b : r) : copysign{F}(({T})0, b);"),
-    "dcs_floordiv": _helper("dcs_floordiv", "T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;",
-                            "return floor{F}(a / b);"),
-    "dcs_iabs": "#ifndef DCS_IABS\n#define DCS_IABS\n"
-                "template <typename T> __device__ T dcs_iabs(T a) { return a < 0 ? -a : a; }\n#endif\n",
-    "dcs_isign": "#ifndef DCS_ISIGN\n#define DCS_ISIGN\n"
-                 "template <typename T> __device__ T dcs_isign(T a) { return (T)((a > 0) - (a < 0)); }\n#endif\n",
-}
 FLOAT_FORMS = {"float32": {"f": "f", "one": "1.0f", "zero": "0.0f", "T": "float"},
                "float64": {"f": "", "one": "1.0", "zero": "0.0", "T": "double"}}
 """A float function's suffix, 1, 0 and the C type, in the type an operation computes in."""

@@ -19,11 +19,7 @@ kernels by ``reductions``; everything else by ``points_kernel`` here:
   containers are stored in that type, except those written with a wcr (accumulators
   stay float32, as ``mixed_precision`` requires).
 
-``PRELUDE`` (shared by every kernel, so many compile as one unit) holds the NaN-propagating
-``dcs_max``/``dcs_min`` (as ``np.maximum``: elementwise Max/Min and Relu print ``dcs_max<float>``, where
-``fmaxf`` would drop a NaN), ``dcs_op<OP>`` (OP: ``reduction_pattern.WCR_OP``, 0 sum, 1 prod, 2 max, 3 min),
-the warp reduction ``dcs_warp<OP>`` (``__shfl_xor_sync`` butterfly, lane 0's result broadcast) and
-``dcs_cas<OP>``, the compare-and-swap loop of a max, min or prod that threads share (by ``dcs_op``).
+Every kernel starts with ``device_lib.PRELUDE`` and the helpers its expressions call (``device_lib.HELPER_SOURCES``).
 
 Arrays are indexed with strides of their (C-contiguous) shapes, written into the
 text, so the text is specific to the sizes; the hash-derived name makes it unique.
@@ -33,7 +29,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from codegen.cupy_cuda.c_expr import C_TYPES, HELPER_SOURCES, index_to_cuda, to_cuda
+from codegen.cupy_cuda.c_expr import C_TYPES, index_to_cuda, to_cuda
+from codegen.cupy_cuda.device_lib import HELPER_SOURCES, PRELUDE
 from codegen.cupy_cuda.launch import POINTS_BLOCK, CudaKernel, Launch, launch
 from codegen.cupy_cuda.reduction_pattern import WCR_OP
 from codegen.program.expr_print import compute_dtype
@@ -48,39 +45,6 @@ from ir.nodes import MapNode, Tasklet
 
 LOAD = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
 STORE = {"float16": "__float2half_rn((float)({}))", "bfloat16": "__float2bfloat16_rn((float)({}))"}
-PRELUDE = """#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#define DCS_INF __int_as_float(0x7f800000)
-
-#define DCS_FULL_MASK 0xffffffffu
-
-template <typename T> __device__ T dcs_max(T a, T b) { return (a > b || a != a) ? a : b; }
-template <typename T> __device__ T dcs_min(T a, T b) { return (a < b || a != a) ? a : b; }
-template <typename T> __device__ __forceinline__ T dcs_sq(T a) { return a * a; }
-template <typename T> __device__ __forceinline__ T dcs_cube(T a) { return a * a * a; }
-template <int OP, typename T> __device__ __forceinline__ T dcs_op(T a, T b) {
-  if (OP == 0) return a + b;
-  if (OP == 1) return a * b;
-  if (OP == 2) return dcs_max(a, b);
-  return dcs_min(a, b);
-}
-template <int OP, typename T> __device__ __forceinline__ T dcs_warp(T v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = dcs_op<OP>(v, __shfl_xor_sync(DCS_FULL_MASK, v, o));
-  return __shfl_sync(DCS_FULL_MASK, v, 0);
-}
-template <int OP, int W, typename T> __device__ __forceinline__ T dcs_lanes(T v) {   // W lanes per row
-#pragma unroll
-  for (int o = W / 2; o > 0; o >>= 1) v = dcs_op<OP>(v, __shfl_xor_sync(DCS_FULL_MASK, v, o));
-  return __shfl_sync(DCS_FULL_MASK, v, 0, W);
-}
-template <int OP> __device__ float dcs_cas(float* addr, float v) {
-  int* p = (int*)addr; int old = *p, seen;
-  do { seen = old;
-       old = atomicCAS(p, seen, __float_as_int(dcs_op<OP>(__int_as_float(seen), v))); } while (seen != old);
-  return __int_as_float(old);
-}
-"""
 BLOCK = POINTS_BLOCK
 
 
@@ -148,13 +112,8 @@ class _Cuda(KernelWalk):
     def element(self, mem: Memlet) -> str:
         """``a3[flat index]`` of a point memlet of a global container."""
         shape = self.graph.container(mem.container).concrete_shape(self.graph.bindings)
-        subset = mem.subset if mem.subset is not None else tuple(E.Const(0, "int64") for _ in shape)
-        if mem.subset is None and self.graph.container(mem.container).numel(self.graph.bindings) != 1:
-            raise UnsupportedMap(f"tasklet reads all of '{mem.container}' (not one element)")
-        if any(isinstance(ix, Range) for ix in subset):
-            raise UnsupportedMap(f"range subset of '{mem.container}' inside a map body")
         flat, stride = [], 1
-        for ix, dim in reversed(list(zip(subset, shape))):
+        for ix, dim in reversed(list(zip(self.point_subset(mem), shape))):
             flat.append(f"({self.index(ix)}) * {stride}LL" if stride != 1 else f"({self.index(ix)})")
             stride *= dim
         return f"{self.arrays[mem.container]}[{' + '.join(reversed(flat)) or '0'}]"

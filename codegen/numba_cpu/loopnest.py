@@ -60,9 +60,6 @@ class Nest(KernelWalk):
         super().__init__(m, graph)
         self.fast = fast
         self.local_count = 0
-        self.hoisted: dict[str, str] = {}     # printed value -> h<k>
-        self.pre: list[str] = []              # statements before the loops
-        self.invariant: dict[tuple, str] = {}
 
     # --- names ------------------------------------------------------------------------
     def local(self, loc: str, dtype: str, wcr: str | None) -> tuple[str, str]:
@@ -85,44 +82,11 @@ class Nest(KernelWalk):
         lo = ("0, " if step else "") if zero else self.bound(r.start) + ", "
         return f"for {name} in {'prange' if parallel else 'range'}({lo}{self.bound(r.stop)}{step}):"
 
+    def element(self, mem: Memlet) -> str:
+        return f"{self.array(mem.container)}[{', '.join(self.index(ix) for ix in self.point_subset(mem)) or '()'}]"
+
     def tasklet(self, t: Tasklet) -> None:
         tasklet_line(self, t)
-
-
-def _invariant_reads(nest: Nest) -> dict[tuple, str]:
-    """Reads of containers the map does not write, at constant indices: loaded once."""
-    out: dict[tuple, str] = {}
-    for node, _ in nest.m.walk():
-        if not isinstance(node, Tasklet):
-            continue
-        for mem in node.inputs.values():
-            if mem.container in nest.arrays and mem.container not in nest.written and _constant_index(mem, nest):
-                key = (mem.container, mem.subset)
-                if key not in out:
-                    name = f"h{len(nest.pre)}"
-                    nest.pre.append(f"{name} = {nest.array(mem.container)}[{_element(mem, nest)}]")
-                    out[key] = name
-    return out
-
-
-def _constant_index(mem: Memlet, nest: Nest) -> bool:
-    if mem.subset is None:
-        return nest.graph.container(mem.container).numel(nest.graph.bindings) == 1
-    return all(isinstance(ix, E.Const) for ix in mem.subset)
-
-
-def _element(mem: Memlet, nest: Nest) -> str:
-    """The index text of a point memlet of a global container."""
-    if mem.subset is None:
-        rank = len(nest.graph.container(mem.container).shape)
-        if nest.graph.container(mem.container).numel(nest.graph.bindings) != 1:
-            raise UnsupportedMap(f"tasklet reads all of '{mem.container}' (not one element)")
-        return ", ".join("0" for _ in range(rank)) if rank else "()"
-    if any(isinstance(ix, Range) for ix in mem.subset):
-        raise UnsupportedMap(f"range subset of '{mem.container}' inside a map body")
-    if not mem.subset:
-        return "()"
-    return ", ".join(nest.index(ix) for ix in mem.subset)
 
 
 # --- statements ---------------------------------------------------------------------------
@@ -141,7 +105,7 @@ def tasklet_line(nest: Nest, t: Tasklet) -> None:
             names[conn] = nest.invariant[key]
             invariant.add(conn)
         else:
-            names[conn] = f"{nest.array(mem.container)}[{_element(mem, nest)}]"
+            names[conn] = nest.element(mem)
         if types[conn] in halfbits.LOAD:          # 16-bit floats are uint16 bits: widen on load
             names[conn] = f"{halfbits.LOAD[types[conn]]}({names[conn]})"
             nest.helpers.add(halfbits.LOAD[types[conn]])
@@ -150,33 +114,10 @@ def tasklet_line(nest: Nest, t: Tasklet) -> None:
         names[p], types[p] = pn, "int64"
         invariant.discard(p)
     printer = NumbaExpr(types, names, nest.fast, zero=ZERO)
-    expr = _hoist(nest, t.expr, invariant, printer)
+    expr = nest.hoist(t.expr, invariant, printer)
     value, vdt = printer.emit(expr), printer.dtype(expr)
     nest.line(_store(nest, t.output, value, vdt, printer))
     nest.helpers |= printer.helpers            # after the store: its cast may call a halfbits helper
-
-
-def _hoist(nest: Nest, e: E.Expr, invariant: set[str], printer: NumbaExpr) -> E.Expr:
-    """Replace maximal subtrees that depend on no parameter (only on invariant reads and
-    constants) by values computed once before the loops."""
-    if isinstance(e, (E.Var, E.Const)):
-        return e
-    if E.free_vars(e) <= invariant:
-        text, dt = printer.emit(e), printer.dtype(e)
-        name = nest.hoisted.get(text)
-        if name is None:
-            name = nest.hoisted[text] = f"h{len(nest.pre)}"
-            nest.pre.append(f"{name} = {text}")
-        key = "#" + name
-        printer.names[key], printer.types[key] = name, dt  # type: ignore[index]
-        return E.Var(key)
-    if isinstance(e, E.Un):
-        return E.Un(e.op, _hoist(nest, e.a, invariant, printer))
-    if isinstance(e, E.Bin):
-        return E.Bin(e.op, _hoist(nest, e.a, invariant, printer), _hoist(nest, e.b, invariant, printer))
-    if isinstance(e, E.Select):
-        return E.Select(*(_hoist(nest, x, invariant, printer) for x in (e.cond, e.a, e.b)))
-    return E.Cast(_hoist(nest, e.a, invariant, printer), e.dtype)
 
 
 def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: NumbaExpr) -> str:
@@ -187,5 +128,4 @@ def _store(nest: Nest, out: Memlet, value: str, vdt: str, printer: NumbaExpr) ->
     if out.wcr is not None and dt in halfbits.STORE:
         raise UnsupportedMap(f"'{out.container}' ({dt}) is accumulated into (wcr {out.wcr}): accumulate in "
                              "float32 (mixed_precision refuses this) or run it with the reference executor")
-    target = f"{nest.array(out.container)}[{_element(out, nest)}]"
-    return nest.accumulate(target, out.wcr, printer.cast(value, vdt, dt))
+    return nest.accumulate(nest.element(out), out.wcr, printer.cast(value, vdt, dt))

@@ -5,24 +5,19 @@ from __future__ import annotations
 
 from codegen.numba_cpu import flush, schedules
 from codegen.numba_cpu.fastmath import FORMS
-from codegen.numba_cpu.loopnest import ZERO, Nest, _invariant_reads
+from codegen.numba_cpu.loopnest import ZERO, Nest
 from codegen.program.expr_print import UnsupportedExpr
 from codegen.program.kernel import KernelSource, UnsupportedMap, kernel_name, output_init, storage_dtype
-from ir import expr as E
 from ir.graph import Graph
-from ir.maps import trip_count
-from ir.nodes import MapNode, Tasklet
-
-PARALLEL_MIN_ITERS = 1 << 16
-"""A kernel runs its outermost loop with ``prange`` only from this many iterations on."""
+from ir.nodes import MapNode
 
 
 def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: bool = True) -> KernelSource:
     """The canonical loop-nest kernel of top-level map ``m`` (``UnsupportedMap`` if none)."""
     nest = Nest(m, graph, fast)
     nest.collect()
-    nest.invariant = _invariant_reads(nest)
-    schedule = schedules.plan(m, graph, set(nest.written), parallel and _parallel_safe(m, graph, nest))
+    nest.invariant_reads()
+    schedule = schedules.plan(m, graph, set(nest.written), parallel and schedules.parallel_safe(m, graph, nest))
     try:
         schedules.emit(nest, m, schedule)
     except UnsupportedExpr as e:
@@ -47,23 +42,3 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
     arg_types = tuple((storage_dtype(graph.container(c).dtype), len(graph.container(c).shape)) for c in nest.arrays)
     return KernelSource(name, text, tuple(sorted(nest.helpers)), tuple(nest.arrays), tuple(nest.written),
                         tuple(nest.extents), par, init, arg_types=arg_types, schedule=schedule.describe(par))
-
-
-def _parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
-    """prange over the outermost param: it steps by 1 (numba's prange takes no other step), every global
-    write indexes it directly, and it pays (the points of the map and of its nested sweeps, e.g.
-    LayerNorm's rows × row length)."""
-    if not m.params or m.params[0][1].step != 1 or _work(m, graph) < PARALLEL_MIN_ITERS:
-        return False
-    outer = E.Var(m.params[0][0])
-    for node, _ in m.walk():
-        if isinstance(node, Tasklet) and node.output.container in nest.written:
-            if node.output.subset is None or outer not in node.output.subset:
-                return False
-    return trip_count(m.params[:1], graph.bindings) >= 2
-
-
-def _work(m: MapNode, graph: Graph) -> int:
-    """Points a map runs: its own params times (1 + the points of its nested maps)."""
-    nested = sum(_work(s, graph) for s in m.body if isinstance(s, MapNode))
-    return trip_count(m.params, graph.bindings) * max(1, nested)

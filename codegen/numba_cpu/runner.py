@@ -10,7 +10,7 @@ compiles every kernel that numba's cache does not already hold. Nodes the progra
 ``run(graph, feeds)`` is the one-shot form, with the same signature as the reference
 executor's ``codegen.numpy_ref.executor.run``. ``threads`` pins numba and BLAS for the
 whole process (default: leave them as they are, and report them in ``threads``); kernels
-use ``prange`` (large ones: ``render.PARALLEL_MIN_ITERS``) unless ``parallel=False``, as the
+use ``prange`` (large ones: ``schedules.PARALLEL_MIN_ITERS``) unless ``parallel=False``, as the
 exported package's do. Idle OpenMP and OpenBLAS workers spin for milliseconds by default and then
 take the cores a kernel or GEMM after them needs (parallel kernels ran at half the single-thread
 bandwidth here); ``library.calm_threads`` (through ``threads=``) makes them sleep soon; without

@@ -1,6 +1,7 @@
 """Loop schedules of a kernel's outermost map: the order its loops run in memory.
 
-``plan`` decides a map's ``Schedule`` from the map and the sizes alone, before anything is printed;
+``plan`` decides a map's ``Schedule`` from the map and the sizes alone, before anything is printed (whether
+its outermost loop may run as ``prange``: ``parallel_safe``);
 ``emit`` prints it; ``Schedule.describe`` says it in a line (``dcstudio profile`` and the Timings dock
 show it beside the kernel's time).
 
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from ir import dtypes
 from ir import expr as E
 from ir.graph import Graph
-from ir.maps import trip_count_or
+from ir.maps import trip_count, trip_count_or
 from ir.memlet import Range
 from ir.nodes import MapNode, Tasklet
 
@@ -56,9 +57,31 @@ ROW_SPLIT_MIN = 1 << 20
 """A row sweep of fewer points stays on one thread. Measured here (2 threads, bias gradient with AdamW
 over rows of 768): 786K points 0.097 ms serial against 0.144 ms split, 1.6M 0.42 against 0.34, 3.1M
 0.86 against 0.72; the BERT-base GELU gradient (3.1M points) 9.4 → 6.1 ms on its recorded inputs."""
+PARALLEL_MIN_ITERS = 1 << 16
+"""A kernel runs its outermost loop with ``prange`` only from this many iterations on."""
 WHOLE_ROW = 16384
 """A ``columns`` map over at most this many columns runs as one block (its accumulators: 128 KiB
 per float64 local at most, in L2)."""
+
+
+def parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
+    """prange over the outermost param: it steps by 1 (numba's prange takes no other step), every global
+    write indexes it directly, and it pays (the points of the map and of its nested sweeps, e.g.
+    LayerNorm's rows × row length)."""
+    if not m.params or m.params[0][1].step != 1 or _work(m, graph) < PARALLEL_MIN_ITERS:
+        return False
+    outer = E.Var(m.params[0][0])
+    for node, _ in m.walk():
+        if isinstance(node, Tasklet) and node.output.container in nest.written:
+            if node.output.subset is None or outer not in node.output.subset:
+                return False
+    return trip_count(m.params[:1], graph.bindings) >= 2
+
+
+def _work(m: MapNode, graph: Graph) -> int:
+    """Points a map runs: its own params times (1 + the points of its nested maps)."""
+    nested = sum(_work(s, graph) for s in m.body if isinstance(s, MapNode))
+    return trip_count(m.params, graph.bindings) * max(1, nested)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 A renderer walks a top-level ``MapNode`` and prints it line by line. What that walk keeps is the
 same in every backend, so it lives here once (``KernelWalk``); a backend subclasses it with its
-``Dialect`` (indent, literals, how a local is declared) and adds what only it does (numba: hoisting
-and ``prange`` schedules; CUDA: thread parameters, block reductions and atomics):
+``Dialect`` (indent, literals, how a local is declared) and adds what only it does (numba: ``prange``
+schedules; CUDA: thread parameters, block reductions and atomics):
 
 - ``arrays``: global containers in order of first access, named ``a0, a1, …`` (``collect``, which also
   lists ``written`` and refuses a map that is not loop-safe, ``kernel.check_loop_safe``);
@@ -14,6 +14,10 @@ and ``prange`` schedules; CUDA: thread parameters, block reductions and atomics)
   (NaN-propagating ``dcs_max``/``dcs_min``; each backend defines them, numba as helpers it adds);
 - ``body``/``loops``: a map's locals and statements, nested maps as loops (``loop_head``, ``close_to``),
   tasklets as the backend prints them (``tasklet``; ``accumulate`` folds a value into its target);
+- ``element``: a point memlet as the backend indexes it, from ``point_subset`` (which refuses a whole-container
+  read and a range inside a map body);
+- hoisting, for a backend that prints ``pre`` before its loops (numba): ``invariant_reads`` loads the reads at
+  constant indices once, ``hoist`` computes the subexpressions over only such values once;
 - ``lines``/``depth``/``line``: the printed body.
 """
 from __future__ import annotations
@@ -23,10 +27,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from codegen.program.expr_print import ExprPrinter
 from codegen.program.kernel import UnsupportedMap, check_loop_safe, first_wcr, kernel_locals
 from ir import expr as E
 from ir.graph import Graph
-from ir.memlet import Range, Wcr
+from ir.memlet import Memlet, Range, Wcr
 from ir.nodes import MapNode, Tasklet
 
 
@@ -58,6 +63,9 @@ class KernelWalk(ABC):
         self.helpers: set[str] = set()
         self.lines: list[str] = []
         self.depth = 1
+        self.pre: list[str] = []                         # statements before the loops (hoisted values, buffers)
+        self.hoisted: dict[str, str] = {}                # printed value -> h<k>
+        self.invariant: dict[tuple, str] = {}            # (container, subset) read once -> h<k>
 
     def line(self, text: str) -> None:
         self.lines.append(self.dialect.indent * self.depth + text)
@@ -155,6 +163,22 @@ class KernelWalk(ABC):
         """An index expression over the printed params."""
 
     @abstractmethod
+    def element(self, mem: Memlet) -> str:
+        """The printed element of a point memlet of a global container (its indices: ``point_subset``)."""
+
+    def point_subset(self, mem: Memlet) -> tuple:
+        """The indices of a point memlet of a global container: a whole-container memlet of a one-element
+        container is its element 0; a whole-container read of more, or a range inside a map body, is refused."""
+        if mem.subset is None:
+            container = self.graph.container(mem.container)
+            if container.numel(self.graph.bindings) != 1:
+                raise UnsupportedMap(f"tasklet reads all of '{mem.container}' (not one element)")
+            return tuple(E.Const(0, "int64") for _ in container.shape)
+        if any(isinstance(ix, Range) for ix in mem.subset):
+            raise UnsupportedMap(f"range subset of '{mem.container}' inside a map body")
+        return tuple(mem.subset)
+
+    @abstractmethod
     def loop_head(self, name: str, r: Range, parallel: bool) -> str:
         """The line opening a loop of ``name`` over ``r``."""
 
@@ -189,3 +213,44 @@ class KernelWalk(ABC):
             name, dt = self.local(loc, c.dtype, first.get(loc))
             self.locals[loc] = (name, dt)
             self.line(self.dialect.declare(name, dt, self.identity(first.get(loc), dt)))
+
+    # --- hoisting ---------------------------------------------------------------------------------
+    def invariant_reads(self) -> None:
+        """Reads of containers the map does not write, at constant indices: loaded once into ``pre``."""
+        for node, _ in self.m.walk():
+            if not isinstance(node, Tasklet):
+                continue
+            for mem in node.inputs.values():
+                key = (mem.container, mem.subset)
+                if mem.container in self.arrays and mem.container not in self.written and key not in self.invariant \
+                        and self._constant_index(mem):
+                    name = self.invariant[key] = f"h{len(self.pre)}"
+                    self.pre.append(self.dialect.declare(name, self.graph.container(mem.container).dtype,
+                                                         self.element(mem)))
+
+    def _constant_index(self, mem: Memlet) -> bool:
+        if mem.subset is None:
+            return self.graph.container(mem.container).numel(self.graph.bindings) == 1
+        return all(isinstance(ix, E.Const) for ix in mem.subset)
+
+    def hoist(self, e: E.Expr, invariant: set[str], printer: ExprPrinter) -> E.Expr:
+        """``e`` with each maximal subtree over no parameter (only ``invariant`` reads and constants) replaced
+        by a value computed once in ``pre`` (one per printed text), which ``printer`` then names."""
+        if isinstance(e, (E.Var, E.Const)):
+            return e
+        if E.free_vars(e) <= invariant:
+            text, dt = printer.emit(e), printer.dtype(e)
+            name = self.hoisted.get(text)
+            if name is None:
+                name = self.hoisted[text] = f"h{len(self.pre)}"
+                self.pre.append(self.dialect.declare(name, dt, text))
+            key = "#" + name
+            printer.names[key], printer.types[key] = name, dt  # type: ignore[index]
+            return E.Var(key)
+        if isinstance(e, E.Un):
+            return E.Un(e.op, self.hoist(e.a, invariant, printer))
+        if isinstance(e, E.Bin):
+            return E.Bin(e.op, self.hoist(e.a, invariant, printer), self.hoist(e.b, invariant, printer))
+        if isinstance(e, E.Select):
+            return E.Select(*(self.hoist(x, invariant, printer) for x in (e.cond, e.a, e.b)))
+        return E.Cast(self.hoist(e.a, invariant, printer), e.dtype)

@@ -2,7 +2,8 @@
 
 Prints lines per package on every run, and fails when
 - a module has more than ``MODULE_LIMIT`` lines, unless its module docstring says ``size-exempt: <reason>``;
-- the code base (the packages and ``resources``; not tests) has more than ``TOTAL_LIMIT`` lines.
+- the code base (the packages and ``resources``; not tests) has more than ``TOTAL_LIMIT`` lines;
+- a backend's renderer (``RENDERERS``) has more than ``RENDERER_LIMIT`` lines.
 Lines are physical lines (``wc -l``); "code" lines exclude blank lines, comments and docstrings.
 """
 
@@ -21,6 +22,15 @@ TOTAL_LIMIT = 43_920   # 40,000 → 42,000 for issue 37 (U-Nets: ConvTranspose, 
 #                        → 43,560: CUDA kernels of float64 and int64 models compute in their own types;
 #                        → 43,650: the Timings dock times on the user's own inputs (as profile --inputs);
 #                        → 43,920: broadcast_fusion (a BatchNorm gradient's dx as a second sweep of its sums)
+RENDERER_LIMIT = 400
+RENDERERS = {
+    "numba": ("codegen/numba_cpu/render.py", "codegen/numba_cpu/loopnest.py", "codegen/numba_cpu/exprs.py"),
+    "cuda": ("codegen/cupy_cuda/render.py", "codegen/cupy_cuda/cuda_source.py", "codegen/cupy_cuda/c_expr.py"),
+}
+"""Each backend's renderer: its entry, its point kernel on the shared walk (``codegen/program/walk.py``: kernel
+state, locals, wcr combine and store, hoisting) and its expression tables. What else it prints with is the
+backend's library, held to ``MODULE_LIMIT`` per module: schedules and block reductions, row caches, the CUDA
+device library and launch shapes."""
 EXEMPT = re.compile(r"size-exempt:[ \t]*(\S[^\n]*)?")
 
 
@@ -98,6 +108,16 @@ def test_size_budget(capsys):
     )
     total = sum(s.lines for s in sizes)
     assert total <= TOTAL_LIMIT, f"the code base has {total} lines > {TOTAL_LIMIT}:\n{table(sizes)}"
+
+
+def test_each_renderer_stays_small():
+    lines = {s.path: s.lines for s in codebase_sizes()}
+    for backend, files in RENDERERS.items():
+        assert all(f in lines for f in files), f"{backend}: a renderer file is gone: {files}"
+        total = sum(lines[f] for f in files)
+        assert total <= RENDERER_LIMIT, (f"the {backend} renderer has {total} lines > {RENDERER_LIMIT} "
+                                         f"({', '.join(f'{f} {lines[f]}' for f in files)}): share the walk in "
+                                         "codegen/program/walk.py, or move a schedule into the backend's library")
 
 
 def _module(lines: int, docstring: str = "A module.") -> str:

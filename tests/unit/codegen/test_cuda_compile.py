@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from codegen.cupy_cuda.c_expr import to_cuda
-from codegen.cupy_cuda.cuda_source import PRELUDE
+from codegen.cupy_cuda.device_lib import PRELUDE
 from codegen.cupy_cuda.render import kernel_source
 from codegen.cupy_cuda.nvrtc import ARCHS, available, compile_check
 from codegen.program.program import build_program

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from codegen.cupy_cuda import reduction_pattern as RP
-from codegen.cupy_cuda.cuda_source import PRELUDE
+from codegen.cupy_cuda.device_lib import PRELUDE
 from codegen.cupy_cuda.render import kernel_source
 from codegen.cupy_cuda.backend import kernel_module
 from codegen.cupy_cuda.launch import grid_blocks

@@ -434,18 +434,18 @@ def test_row_buffer_without_row_params():
 
 
 def test_a_kernel_is_parallel_exactly_when_it_runs_a_prange(monkeypatch):
-    """A schedule may put the param ``_parallel_safe`` chose inside (a column sum over rows runs its rows
+    """A schedule may put the param ``schedules.parallel_safe`` chose inside (a column sum over rows runs its rows
     outermost): such a kernel is serial — no ``parallel=True`` without a ``prange`` (numba warns at every
     compile, and the step's schedule would keep it from running beside another statement)."""
     from pathlib import Path
 
-    from codegen.numba_cpu import render
+    from codegen.numba_cpu import schedules
     from codegen.numba_cpu.backend import program as cpu_program
     from studio.session.exporting import load_with_history
     examples = Path(__file__).resolve().parents[3] / "resources" / "examples"
     graph, _ = load_with_history(str(examples / "bert_layer_base_train.onnx"),
                                  str(examples / "bert_layer_base_train.history.json"), [])
-    monkeypatch.setattr(render, "PARALLEL_MIN_ITERS", 1)          # every safe kernel asks for prange
+    monkeypatch.setattr(schedules, "PARALLEL_MIN_ITERS", 1)          # every safe kernel asks for prange
     kinds = [(ks.parallel, "prange(" in ks.source, "parallel=True" in ks.source)
              for ks in cpu_program(graph, parallel=True).kernels.values()]
     assert all(a == b == c for a, b, c in kinds), [k for k in kinds if len(set(k)) > 1]

@@ -7,7 +7,7 @@ numba 0.68's ``np.fmod`` of two ints wrong (-6 fmod 4 gave 2; now ``_ifmod``), a
 that did not compile (a float16 constant; a store's conversion helper left undefined).
 
 ONNX Mod (``fmod=0``) is NumPy's ``mod``: the result takes the divisor's sign. C's ``%`` takes the
-dividend's sign and is no float operator, so the CUDA kernels call ``dcs_mod`` (``c_expr.HELPER_SOURCES``),
+dividend's sign and is no float operator, so the CUDA kernels call ``dcs_mod`` (``device_lib.HELPER_SOURCES``),
 defined in the kernels that use it; before, an int32 Mod of -7 by 3 gave -1 where NumPy gives 2, and a
 float Mod did not compile. Index expressions keep C's ``%``."""
 from __future__ import annotations
