@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from codegen.program.expr_print import INFIX_TEMPLATES, ExprPrinter, compute_dtype, is_float
+from codegen.program.expr_print import INFIX_TEMPLATES, ExprPrinter, UnsupportedExpr, compute_dtype, is_float
 from ir import dtypes
 from ir import expr as E
 
@@ -88,7 +88,9 @@ class CudaExpr(ExprPrinter):
         return str(int(value))
 
     def convert(self, e: E.Cast) -> str:
-        return f"(({C_TYPES.get(e.dtype, 'float')})({self.emit(e.a)}))"
+        if e.dtype not in C_TYPES:              # never another type's cast: it would keep a fraction or a sign
+            raise UnsupportedExpr(f"a cast to {e.dtype}, which CUDA kernels do not handle")
+        return f"(({C_TYPES[e.dtype]})({self.emit(e.a)}))"
 
     def power_applies(self, e: E.Bin) -> bool:
         return is_float(self.dtype(e))

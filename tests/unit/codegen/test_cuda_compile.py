@@ -19,6 +19,7 @@ from codegen.cupy_cuda.render import kernel_source
 from codegen.cupy_cuda.nvrtc import ARCHS, available, compile_check
 from codegen.program.program import build_program
 from ir import expr as E
+from ir.memlet import Memlet
 from ir.onnx_import import import_model
 from tests.golden.kernels import check_kernels
 from tests.peer.test_export_fixtures import CASES, fixture_graph, fuse_everything
@@ -153,6 +154,19 @@ def test_cuda_printer_computes_float64_in_double_and_ints_in_their_type():
     assert to_cuda(E.Un("exp", n), types=f64) == "exp(((double)(n)))"         # NumPy: a float function of an int
     assert to_cuda(E.Bin("mul", x, E.c(0.5)), types=f64) == "(x * 0.5f)"    # a float32 constant keeps its type
     assert to_cuda(E.Un("isnan", n), types=f64) == "false"
+
+
+def test_a_cast_to_a_type_without_a_c_type_is_refused_not_printed_as_float():
+    """A cast to uint32 printed as ``(float)`` kept the fraction of 2.5 (and the sign of -1): the map is refused
+    by name, and the step runs it with the reference executor."""
+    from codegen.program.kernel import UnsupportedMap
+    from tests.unit.codegen.test_numba_loopnest import _map_graph
+    i = E.Var("i")
+    cast = E.Cast(E.Cast(E.Var("a"), "uint32"), "float32")
+    g, m = _map_graph(Memlet("y", (i,)), {"a": Memlet("x", (i,))}, cast)
+    with pytest.raises(UnsupportedMap, match="a cast to uint32, which CUDA kernels do not handle"):
+        kernel_source(m, g)
+    assert to_cuda(E.Cast(E.Var("x"), "uint8")) == "((unsigned char)(x))"
 
 
 def test_kernels_print_the_expression_trees_with_to_cuda():
