@@ -17,7 +17,7 @@ def kernel_source(m: MapNode, graph: Graph, *, parallel: bool = False, fast: boo
     nest = Nest(m, graph, fast)
     nest.collect()
     nest.invariant_reads()
-    schedule = schedules.plan(m, graph, set(nest.written), parallel and schedules.parallel_safe(m, graph, nest))
+    schedule = schedules.plan(m, graph, set(nest.written), parallel)
     try:
         schedules.emit(nest, m, schedule)
     except UnsupportedExpr as e:

@@ -64,7 +64,7 @@ WHOLE_ROW = 16384
 per float64 local at most, in L2)."""
 
 
-def parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
+def parallel_safe(m: MapNode, graph: Graph, written: set[str]) -> bool:
     """prange over the outermost param: it steps by 1 (numba's prange takes no other step), every global
     write indexes it directly, and it pays (the points of the map and of its nested sweeps, e.g.
     LayerNorm's rows × row length)."""
@@ -72,7 +72,7 @@ def parallel_safe(m: MapNode, graph: Graph, nest: Nest) -> bool:
         return False
     outer = E.Var(m.params[0][0])
     for node, _ in m.walk():
-        if isinstance(node, Tasklet) and node.output.container in nest.written:
+        if isinstance(node, Tasklet) and node.output.container in written:
             if node.output.subset is None or outer not in node.output.subset:
                 return False
     return trip_count(m.params[:1], graph.bindings) >= 2
@@ -114,7 +114,9 @@ class Schedule:
 
 
 def plan(m: MapNode, graph: Graph, written: set[str], parallel: bool) -> Schedule:
-    """The schedule of top-level map ``m`` (writing ``written``; ``parallel``: prange allowed)."""
+    """The schedule of top-level map ``m`` (writing ``written``; ``parallel``: prange wanted, granted where
+    ``parallel_safe``)."""
+    parallel = parallel and parallel_safe(m, graph, written)
     kind = choose(m)
     if kind == "columns":
         whole = trip_count_or(m.params[-1:], graph.bindings, WHOLE_ROW + 1) <= WHOLE_ROW

@@ -47,8 +47,8 @@ def compute_dtype(dt: str) -> str:
 def promote(a: str, b: str) -> str:
     """NumPy's result dtype of two strongly typed operands (none for bfloat16 with float16 or an int: ml_dtypes
     refused those before 0.7, which widens them to float64, so the rule is ours, not the installed version's)."""
-    other = {a, b} - {"bfloat16"}
-    if len(other) == 1 and other != {a, b} and next(iter(other)) not in ("float32", "float64", "bool"):
+    other = b if a == "bfloat16" else a if b == "bfloat16" else None
+    if other not in (None, "bfloat16", "float32", "float64", "bool"):
         raise UnsupportedExpr(f"no common dtype of {a} and {b}; cast one operand first")
     try:
         return np.result_type(dtypes.to_numpy(a), dtypes.to_numpy(b)).name

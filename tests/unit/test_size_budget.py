@@ -14,6 +14,8 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("ir", "transforms", "codegen", "studio", "resources")
 MODULE_LIMIT = 600
@@ -96,8 +98,12 @@ def codebase_sizes() -> list[ModuleSize]:
     return [measure(p.read_text(encoding="utf-8"), p.relative_to(REPO_ROOT).as_posix()) for p in paths]
 
 
-def test_size_budget(capsys):
-    sizes = codebase_sizes()
+@pytest.fixture(scope="module")
+def sizes() -> list[ModuleSize]:
+    return codebase_sizes()
+
+
+def test_size_budget(capsys, sizes):
     with capsys.disabled():
         print(f"\n{table(sizes)}")
     assert sizes, f"no modules found under {SOURCE_DIRS} in {REPO_ROOT}"
@@ -110,8 +116,8 @@ def test_size_budget(capsys):
     assert total <= TOTAL_LIMIT, f"the code base has {total} lines > {TOTAL_LIMIT}:\n{table(sizes)}"
 
 
-def test_each_renderer_stays_small():
-    lines = {s.path: s.lines for s in codebase_sizes()}
+def test_each_renderer_stays_small(sizes):
+    lines = {s.path: s.lines for s in sizes}
     for backend, files in RENDERERS.items():
         assert all(f in lines for f in files), f"{backend}: a renderer file is gone: {files}"
         total = sum(lines[f] for f in files)
